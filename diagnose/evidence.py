@@ -1,0 +1,157 @@
+"""Evidence: every result gathered for one target, as a versioned JSON document.
+
+Evidence is what a diagnosis is computed from, so it is written to disk, re-read offline,
+diffed and archived. The JSON form is exact: `Evidence.from_json(e.to_json()) == e`.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from probes.results import Fact, Measurement, NotMeasured, Result, now_iso, result_from_dict
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "Target", "Evidence", "EvidenceError", "tool_version"]
+
+SCHEMA = "llm-diagnose/evidence"
+SCHEMA_VERSION = 1
+
+
+class EvidenceError(ValueError):
+    """Evidence that cannot be read; the message names the field."""
+
+
+def tool_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("llm-diagnose")
+    except Exception:  # not installed as a distribution (running from a checkout)
+        return "0+unknown"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What was diagnosed."""
+
+    url: str | None = None  # a server URL, a trace file, a process
+    label: str = ""
+
+    def to_dict(self) -> dict:
+        return {"url": self.url, "label": self.label}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Target":
+        return cls(url=d.get("url"), label=str(d.get("label", "")))
+
+
+_NOT_PRODUCED = NotMeasured(
+    reason="no probe produced this measurement",
+    hint="see the report's 'not measured' section for the probes that would",
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    target: Target
+    items: Mapping[str, Result] = field(default_factory=dict)
+    created_at: str = field(default_factory=now_iso)
+    tool: str = field(default_factory=tool_version)
+    host: str = field(default_factory=platform.node)
+
+    def __post_init__(self) -> None:
+        # Sorted, read-only copy: equality and JSON do not depend on insertion order.
+        object.__setattr__(self, "items", dict(sorted(dict(self.items).items())))
+
+    # --- reading -------------------------------------------------------------------------
+    def get(self, key: str) -> Result:
+        """The result for `key`; a NotMeasured saying so when no probe produced it."""
+        return self.items.get(key, _NOT_PRODUCED)
+
+    def measurement(self, key: str) -> Measurement | None:
+        r = self.items.get(key)
+        return r if isinstance(r, Measurement) else None
+
+    def fact(self, key: str):
+        """The value of a Fact, or None when it was not observed."""
+        r = self.items.get(key)
+        return r.value if isinstance(r, Fact) else None
+
+    def missing(self, key: str) -> NotMeasured | None:
+        r = self.get(key)
+        return r if isinstance(r, NotMeasured) else None
+
+    # --- building ------------------------------------------------------------------------
+    def with_items(self, items: Mapping[str, Result], *, prefer_new: bool = True) -> "Evidence":
+        """A copy with more results. A real result never gives way to a NotMeasured."""
+        merged = dict(self.items)
+        for key, new in items.items():
+            old = merged.get(key)
+            if old is None or (prefer_new and not isinstance(new, NotMeasured)) or isinstance(old, NotMeasured):
+                merged[key] = new
+        return Evidence(self.target, merged, self.created_at, self.tool, self.host)
+
+    @classmethod
+    def merge(cls, parts: Iterable["Evidence"], target: Target | None = None) -> "Evidence":
+        parts = list(parts)
+        if not parts:
+            raise EvidenceError("nothing to merge")
+        out = parts[0] if target is None else Evidence(target, parts[0].items)
+        for p in parts[1:]:
+            out = out.with_items(p.items)
+        return out
+
+    # --- JSON ----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "version": SCHEMA_VERSION,
+            "target": self.target.to_dict(),
+            "created_at": self.created_at,
+            "tool": self.tool,
+            "host": self.host,
+            "items": {k: v.to_dict() for k, v in self.items.items()},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Evidence":
+        if not isinstance(d, Mapping):
+            raise EvidenceError("evidence must be a JSON object")
+        if d.get("schema") != SCHEMA:
+            raise EvidenceError(f"field 'schema' must be {SCHEMA!r}, got {d.get('schema')!r}")
+        version = d.get("version")
+        if version != SCHEMA_VERSION:
+            raise EvidenceError(f"field 'version' is {version!r}; this tool reads version {SCHEMA_VERSION}")
+        items_raw = d.get("items")
+        if not isinstance(items_raw, Mapping):
+            raise EvidenceError("field 'items' must be an object of results")
+        items: dict[str, Result] = {}
+        for key, raw in items_raw.items():
+            try:
+                items[key] = result_from_dict(raw)
+            except ValueError as exc:
+                raise EvidenceError(f"field 'items.{key}': {exc}") from None
+        target = d.get("target", {})
+        if not isinstance(target, Mapping):
+            raise EvidenceError("field 'target' must be an object")
+        return cls(
+            target=Target.from_dict(target),
+            items=items,
+            created_at=str(d.get("created_at", "")),
+            tool=str(d.get("tool", "")),
+            host=str(d.get("host", "")),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "Evidence":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise EvidenceError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        return cls.from_dict(data)
+

@@ -1,0 +1,100 @@
+"""Reading evidence for one node of the tree, and recording what was read.
+
+A `Reading` wraps the evidence and the thresholds for one question or pitfall check. Every
+value it hands out is recorded (the keys used), every hole is recorded (the missing keys,
+with the probe's reason), and every comparison against a named threshold is recorded, so
+an answer can never claim more than it looked at.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from diagnose.diagnosis import Comparison, Missing
+from diagnose.evidence import Evidence
+from diagnose.thresholds import Thresholds
+from probes.results import Fact, Measurement, NotMeasured
+
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+class Reading:
+    def __init__(self, evidence: Evidence, thresholds: Thresholds) -> None:
+        self.evidence = evidence
+        self.thresholds = thresholds
+        self.used: list[str] = []
+        self.missing: list[Missing] = []
+        self.comparisons: list[Comparison] = []
+
+    # --- values ------------------------------------------------------------------------
+    def _note_missing(self, key: str) -> None:
+        result = self.evidence.get(key)
+        reason = result.reason if isinstance(result, NotMeasured) else "present but not of the expected kind"
+        hint = result.hint if isinstance(result, NotMeasured) else ""
+        if all(m.evidence != key for m in self.missing):
+            self.missing.append(Missing(key, reason, hint))
+
+    def _use(self, key: str) -> None:
+        if key not in self.used:
+            self.used.append(key)
+
+    def num(self, key: str) -> float | None:
+        """A numeric value (a Measurement, or a numeric Fact), or None (recorded as missing)."""
+        r = self.evidence.get(key)
+        if isinstance(r, Measurement):
+            self._use(key)
+            return r.value
+        if isinstance(r, Fact) and isinstance(r.value, (int, float)) and not isinstance(r.value, bool):
+            self._use(key)
+            return float(r.value)
+        self._note_missing(key)
+        return None
+
+    def flag(self, key: str) -> bool | None:
+        r = self.evidence.get(key)
+        if isinstance(r, Fact) and isinstance(r.value, bool):
+            self._use(key)
+            return r.value
+        self._note_missing(key)
+        return None
+
+    def text(self, key: str) -> str | None:
+        r = self.evidence.get(key)
+        if isinstance(r, Fact) and isinstance(r.value, str):
+            self._use(key)
+            return r.value
+        self._note_missing(key)
+        return None
+
+    def measurement(self, key: str) -> Measurement | None:
+        return self.evidence.measurement(key)
+
+    # --- comparisons -------------------------------------------------------------------
+    def compare(self, key: str, value: float, op: str, threshold: str) -> bool:
+        limit = self.thresholds[threshold]
+        holds = bool(_OPS[op](value, limit))
+        self.comparisons.append(Comparison(threshold, key, float(value), op, float(limit), holds))
+        return holds
+
+    def check(self, key: str, op: str, threshold: str) -> bool | None:
+        """Read `key` and compare it with `threshold`; None when the key is missing."""
+        value = self.num(key)
+        return None if value is None else self.compare(key, value, op, threshold)
+
+    # --- confidence ----------------------------------------------------------------------
+    def quality(self, *keys: str) -> float:
+        """1.0 for well-sampled clean measurements; less for thin or flagged ones."""
+        q = 1.0
+        min_samples = self.thresholds["evidence.min_samples"]
+        for key in keys:
+            m = self.evidence.measurement(key)
+            if m is None:
+                continue
+            if m.summary is not None and m.n < min_samples:
+                q = min(q, 0.6)
+            if m.warnings:
+                q = min(q, 0.75)
+        return q
+
+    def missing_except(self, present: set[str]) -> tuple[Missing, ...]:
+        return tuple(m for m in self.missing if m.evidence not in present)

@@ -1,0 +1,1 @@
+"""Renderers: `render(diagnosis, evidence) -> str`, one module per format."""

@@ -1,0 +1,187 @@
+"""Named thresholds of the decision tree, with documented defaults and TOML overrides.
+
+Every comparison the tree makes is against one of these names, and the diagnosis records
+the name, the limit and the value, so a reader can see why an answer came out as it did.
+Override any of them from a TOML file, either flat or as tables:
+
+    [thresholds]
+    "q2.min_reuse_fraction" = 0.2
+
+    [thresholds.q5]
+    max_itl_p50_s = 0.03
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+__all__ = ["Threshold", "DEFAULTS", "Thresholds", "ThresholdsError"]
+
+
+class ThresholdsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Threshold:
+    name: str
+    default: float
+    unit: str
+    meaning: str
+    source: str  # where the default comes from
+
+
+_ALL: list[Threshold] = [
+    # Q1: does the model fit with room to spare?
+    Threshold("q1.device_limit", 1.0, "fraction",
+              "weights above this share of one device's memory do not fit it at all",
+              "physical: the weights must fit on the device that serves them"),
+    Threshold("q1.max_weights_fraction", 0.80, "fraction",
+              "weights above this share of one device's memory leave too little for the KV cache",
+              "vLLM reserves gpu_memory_utilization=0.9 of a device by default; weights above 0.8 leave "
+              "under a tenth of the device for KV cache and activations"),
+    Threshold("q1.kv_saturation", 0.90, "fraction",
+              "KV-cache usage (p95 over the window) at or above which the cache is full",
+              "vLLM counts cached-but-free prefix blocks as free, so usage near 1 means live sequences fill it"),
+    Threshold("q1.min_waiting", 0.5, "requests",
+              "mean waiting requests at or above which a full KV cache is turning requests away",
+              "half a request on average: the queue is non-empty for a sizeable part of the window"),
+    Threshold("q1.large_batch", 32.0, "requests",
+              "running batch at or above which decode turns compute-bound and weight-only quantization stops paying",
+              "roofline: weight-only int4/int8 kernels dequantize per token; past ~32 sequences the GEMM is no "
+              "longer bandwidth-bound on H100-class GPUs (vLLM/TRT-LLM quantization guides)"),
+    # Q2: do requests share prompt prefixes?
+    Threshold("q2.min_reuse_fraction", 0.10, "fraction",
+              "share of prompt tokens an exact-prefix cache can serve at or above which prefix caching pays",
+              "vLLM V1 turns prefix caching on by default because its overhead is under 1% even at 0% hits; "
+              "10% saved prefill is a clear gain"),
+    Threshold("q2.working_ratio", 0.50, "ratio",
+              "live hit rate below this share of the workload's potential reuse means the cache is not working",
+              "half the achievable reuse: below it eviction or prompt layout wastes most of the gain"),
+    Threshold("q2.dead_hit_rate", 0.02, "fraction",
+              "live hit rate at or below which prefix caching is effectively not hitting",
+              "'near zero': under one block in fifty"),
+    Threshold("q2.dynamic_prefix_fraction", 0.20, "fraction",
+              "share of prompt tokens similar to others but unusable by an exact-prefix cache",
+              "a fifth of the prompt tokens lost to a varying lead is worth a prompt change"),
+    Threshold("q2.unstable_serialization_fraction", 0.05, "fraction",
+              "share of requests whose JSON key order changed against an equal earlier payload",
+              "one request in twenty: a systematic serializer issue, not noise"),
+    Threshold("q2.warm_cache_hit_rate", 0.10, "fraction",
+              "hit rate of a benchmark's first requests at or above which the cache was warm before it started",
+              "a cold cache cannot hit on a request's first sight (vllm-project/vllm#52884, #54227)"),
+    Threshold("q2.hit_above_potential", 0.10, "fraction",
+              "live hit rate above the workload's own potential by this much means state from earlier runs",
+              "the workload cannot share more than it contains; 0.1 absorbs block rounding"),
+    # Q3: very different output lengths, concurrently?
+    Threshold("q3.min_output_cv", 0.50, "ratio",
+              "coefficient of variation of output lengths at or above which lengths are 'very different'",
+              "published traces show CVs of 0.7 to above 2 (trace-formats.md); fixed-length jobs are near 0"),
+    Threshold("q3.min_concurrency", 2.0, "requests",
+              "mean requests in flight at or above which requests arrive concurrently",
+              "two requests at once is the least where one can wait for another"),
+    Threshold("q3.max_short_slowdown", 2.0, "ratio",
+              "a short request beside long ones slower than this factor means it waits for them",
+              "static batching holds a short request until the longest in its batch ends (Orca, OSDI'22)"),
+    # Q4: does KV fragmentation cap the batch?
+    Threshold("q4.max_kv_waste", 0.30, "fraction",
+              "share of allocated KV memory not holding tokens at or above which fragmentation caps the batch",
+              "PagedAttention (Kwon et al., SOSP'23) measured 20-38% of KV memory used by tokens in static "
+              "allocators; paged allocation wastes under 4%"),
+    Threshold("q4.low_kv_usage", 0.50, "fraction",
+              "KV usage (p95) below which memory is left over",
+              "half the cache idle while requests wait means something other than memory caps the batch"),
+    Threshold("q4.min_waiting", 1.0, "requests",
+              "mean waiting requests at or above which the batch should have grown",
+              "at least one request waiting on average"),
+    # Q5: is per-token decode latency the main complaint?
+    Threshold("q5.max_itl_p50_s", 0.050, "s",
+              "median inter-token latency above which decode speed is the complaint",
+              "50 ms/token (20 tokens/s) is the usual interactive TPOT target (DistServe, Splitwise)"),
+    Threshold("q5.max_itl_p99_s", 0.200, "s",
+              "p99 inter-token latency above which stalls are visible to readers",
+              "200 ms is faster than reading speed (~5 tokens/s) but a visible stutter"),
+    Threshold("q5.min_decode_share", 0.50, "fraction",
+              "share of request latency spent decoding at or above which decode is the main cost",
+              "more than half of the latency"),
+    Threshold("q5.min_acceptance_rate", 0.50, "fraction",
+              "draft-token acceptance below which speculative decoding likely slows decode",
+              "with k=3-5 drafts, under half accepted leaves fewer than ~2.5 tokens per verify step, "
+              "near the break-even of drafting plus verification (vLLM spec-decode docs)"),
+    Threshold("q5.min_acceptance_length", 1.5, "tokens",
+              "tokens per verification step (bonus included) below which spec decoding does not pay",
+              "a verify step costs at least one plain step; 1.5 tokens per step barely covers the draft cost"),
+    # Q6: do prefill and decode contend?
+    Threshold("q6.min_itl_inflation", 1.5, "ratio",
+              "ITL during prefills / ITL without, at or above which prefill stalls decode",
+              "a 50% slowdown of streams whenever a prompt arrives"),
+    Threshold("q6.disagg_inflation", 2.0, "ratio",
+              "inflation that remains with chunked prefill on, at or above which disaggregation is worth it",
+              "chunked prefill bounds the stall to one chunk; doubling is left only at high prefill load "
+              "(DistServe, OSDI'24)"),
+    Threshold("q6.min_correlation", 0.5, "ratio",
+              "rank correlation of prompt-token rate and ITL across scrapes at or above which they contend",
+              "a strong monotone relation (Spearman 0.5); passive and so of lower confidence"),
+    Threshold("pd.max_kv_transfer_share", 0.30, "fraction",
+              "share of TTFT spent moving KV at or above which disaggregation costs more than it saves",
+              "a third of TTFT in transfer erases the prefill isolation gain at small scale"),
+    # KV offload
+    Threshold("kv_offload.min_gap", 0.10, "fraction",
+              "reuse an unlimited cache would get minus reuse at the server's capacity",
+              "ten points of prompt tokens re-prefilled only because the cache is too small"),
+    # evidence quality
+    Threshold("evidence.min_samples", 3.0, "samples",
+              "fewer observations than this lower an answer's confidence",
+              "three scrapes give one delta and a spread"),
+]
+
+DEFAULTS: dict[str, Threshold] = {t.name: t for t in _ALL}
+
+
+def _flatten(table: Mapping, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in table.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    values: Mapping[str, float] = field(default_factory=lambda: {n: t.default for n, t in DEFAULTS.items()})
+    overridden: frozenset[str] = frozenset()
+    source: str = "defaults"
+
+    def __getitem__(self, name: str) -> float:
+        return self.values[name]
+
+    @classmethod
+    def from_mapping(cls, overrides: Mapping, source: str = "mapping") -> "Thresholds":
+        flat = _flatten(overrides.get("thresholds", overrides))
+        values = {n: t.default for n, t in DEFAULTS.items()}
+        for name, value in flat.items():
+            if name not in DEFAULTS:
+                raise ThresholdsError(
+                    f"{source}: unknown threshold {name!r}; known: {', '.join(sorted(DEFAULTS))}"
+                )
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ThresholdsError(f"{source}: threshold {name!r} must be a number, got {value!r}")
+            values[name] = float(value)
+        return cls(values=values, overridden=frozenset(flat), source=source)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> "Thresholds":
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ThresholdsError(f"thresholds file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ThresholdsError(f"thresholds file {path} is not valid TOML: {exc}") from None
+        return cls.from_mapping(data, source=str(path))

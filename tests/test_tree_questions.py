@@ -1,0 +1,138 @@
+"""Table-driven tests of every question: each side of each threshold, missing evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.questions import ASK
+from diagnose.thresholds import Thresholds
+from tests.evidence_builders import build, sampled
+
+TH = Thresholds()
+
+# (question, evidence, expected answer, expected verdict or None)
+CASES = [
+    # Q1 -- does it fit with room to spare?
+    ("Q1", {"memory.weights_fraction": 1.01}, "no", "does-not-fit"),
+    ("Q1", {"memory.weights_fraction": 1.0}, "no", "tight"),  # fits the device, but only just
+    ("Q1", {"memory.weights_fraction": 0.8001}, "no", "tight"),
+    ("Q1", {"memory.weights_fraction": 0.80}, "yes", "fits"),
+    ("Q1", {"kv.usage_p95": 0.90, "kv.preemptions": 1}, "no", "kv-bound"),
+    ("Q1", {"kv.usage_p95": 0.8999, "kv.preemptions": 5}, "yes", "fits"),
+    ("Q1", {"kv.usage_p95": 0.95, "kv.preemptions": 0, "queue.waiting_mean": 0.5}, "no", "kv-bound"),
+    ("Q1", {"kv.usage_p95": 0.95, "kv.preemptions": 0, "queue.waiting_mean": 0.49}, "yes", "fits"),
+    ("Q1", {"kv.usage_p95": 0.95}, "unknown", None),  # full, but was anyone turned away?
+    ("Q1", {}, "unknown", None),
+    ("Q1", {"memory.weights_fraction": None, "kv.usage_p95": None}, "unknown", None),
+    # Q2 -- shared prefixes?
+    ("Q2", {"prefix.potential_fraction": 0.10}, "yes", None),
+    ("Q2", {"prefix.potential_fraction": 0.0999}, "no", None),
+    ("Q2", {"config.prefix_caching": True, "prefix.hit_rate": 0.10, "prefix.queried_tokens": 100}, "yes", None),
+    ("Q2", {"config.prefix_caching": True, "prefix.hit_rate": 0.0999, "prefix.queried_tokens": 100}, "no", None),
+    ("Q2", {"config.prefix_caching": True, "prefix.hit_rate": 0.5, "prefix.queried_tokens": 0}, "unknown", None),
+    ("Q2", {"config.prefix_caching": False, "prefix.hit_rate": 0.0}, "unknown", None),
+    ("Q2", {}, "unknown", None),
+    # the workload's own reuse outranks the live counter (which only shows the current config)
+    ("Q2", {"prefix.potential_fraction": 0.5, "config.prefix_caching": True, "prefix.hit_rate": 0.0}, "yes", None),
+    # Q3 -- varied output lengths, concurrently?
+    ("Q3", {"outputs.length_cv": 0.50, "load.concurrency_mean": 2.0}, "yes", None),
+    ("Q3", {"outputs.length_cv": 0.4999, "load.concurrency_mean": 8.0}, "no", None),
+    ("Q3", {"outputs.length_cv": 1.2, "load.concurrency_mean": 1.999}, "no", None),
+    ("Q3", {"outputs.length_cv": 1.2, "batch.running_mean": 4.0}, "yes", None),  # running as a fallback
+    ("Q3", {"batching.short_request_slowdown": 2.0}, "yes", "short-waits-for-long"),
+    ("Q3", {"batching.short_request_slowdown": 1.99, "outputs.length_cv": 0.1}, "no", None),
+    ("Q3", {"outputs.length_cv": 1.2}, "unknown", None),
+    # Q4 -- fragmentation caps the batch?
+    ("Q4", {"kv.waste_fraction": 0.30}, "yes", None),
+    ("Q4", {"kv.waste_fraction": 0.2999}, "no", None),
+    ("Q4", {"config.paged_kv": True}, "no", "paged"),
+    ("Q4", {"config.paged_kv": False}, "unknown", None),
+    ("Q4", {}, "unknown", None),
+    # Q5 -- decode latency the complaint?
+    ("Q5", {"decode.itl_p50_s": 0.0501}, "yes", None),
+    ("Q5", {"decode.itl_p50_s": 0.050}, "no", None),
+    ("Q5", {"decode.itl_p99_s": 0.2001}, "yes", None),
+    ("Q5", {"decode.itl_p99_s": 0.200}, "no", None),
+    ("Q5", {"decode.itl_p50_s": 0.08, "decode.time_share": 0.4999}, "no", None),
+    ("Q5", {"decode.itl_p50_s": 0.08, "decode.time_share": 0.50}, "yes", None),
+    ("Q5", {}, "unknown", None),
+    # Q6 -- prefill/decode contention?
+    ("Q6", {"interference.itl_inflation": 1.5}, "yes", None),
+    ("Q6", {"interference.itl_inflation": 1.4999}, "no", None),
+    ("Q6", {"interference.prompt_itl_correlation": 0.5}, "yes", None),
+    ("Q6", {"interference.prompt_itl_correlation": 0.4999}, "no", None),
+    ("Q6", {"interference.itl_inflation": 1.2, "interference.prompt_itl_correlation": 0.9}, "no", None),
+    ("Q6", {}, "unknown", None),
+    # KV offload
+    ("KV", {"prefix.potential_fraction": 0.75, "prefix.lru_fraction_at_capacity": 0.625}, "yes", None),
+    ("KV", {"prefix.potential_fraction": 0.75, "prefix.lru_fraction_at_capacity": 0.6875}, "no", None),
+    ("KV", {"prefix.potential_fraction": 0.75}, "unknown", None),
+    # offline batch
+    ("OB", {"workload.interactive": False}, "yes", None),
+    ("OB", {"workload.interactive": True}, "no", None),
+    ("OB", {}, "unknown", None),
+]
+
+
+@pytest.mark.parametrize("question, items, expected, verdict", CASES)
+def test_question(question, items, expected, verdict):
+    answer = ASK[question](build(items), TH)
+    assert answer.answer == expected, answer.rationale
+    if verdict is not None:
+        assert answer.verdict == verdict
+    assert answer.question == question
+    # every comparison names a real threshold and is internally consistent
+    for c in answer.comparisons:
+        assert c.limit == TH[c.threshold]
+    if expected == "unknown":
+        assert answer.confidence == 0.0
+        assert answer.missing, "an unknown answer must say what is missing"
+    else:
+        assert 0.0 < answer.confidence <= 1.0
+
+
+def test_unknown_answer_carries_the_probes_reason_and_hint():
+    answer = ASK["Q5"](build({"decode.itl_p50_s": None}), TH)
+    assert answer.answer == "unknown"
+    missing = {m.evidence: m for m in answer.missing}
+    assert missing["decode.itl_p50_s"].reason == "not measured in this test"
+    assert missing["decode.itl_p50_s"].hint == "test hint"
+
+
+def test_comparisons_record_value_limit_and_outcome():
+    answer = ASK["Q1"](build({"kv.usage_p95": 0.97, "kv.preemptions": 3}), TH)
+    by_threshold = {c.threshold: c for c in answer.comparisons}
+    c = by_threshold["q1.kv_saturation"]
+    assert (c.evidence, c.value, c.op, c.limit, c.holds) == ("kv.usage_p95", 0.97, ">=", 0.90, True)
+    assert "kv.usage_p95" in answer.evidence
+
+
+def test_thin_evidence_lowers_confidence():
+    thick = ASK["Q5"](build({"decode.itl_p50_s": sampled([0.08] * 20)}), TH)
+    thin = ASK["Q5"](build({"decode.itl_p50_s": sampled([0.08, 0.09])}), TH)
+    assert thick.answer == thin.answer == "yes"
+    assert thin.confidence < thick.confidence
+
+
+def test_idle_window_gives_low_confidence_fit():
+    answer = ASK["Q1"](build({"kv.usage_p95": 0.0, "throughput.generation_tokens_per_s": 0.0}), TH)
+    assert answer.answer == "yes" and answer.confidence <= 0.3
+    assert "no tokens were generated" in answer.rationale
+
+
+def test_interference_interval_straddling_one_lowers_confidence():
+    noisy = sampled([0.7, 1.0, 1.6, 2.4, 3.0])  # median 1.6, CI spans 1
+    clean = sampled([1.6] * 9)
+    a_noisy = ASK["Q6"](build({"interference.itl_inflation": noisy}), TH)
+    a_clean = ASK["Q6"](build({"interference.itl_inflation": clean}), TH)
+    assert a_noisy.answer == a_clean.answer == "yes"
+    assert a_noisy.confidence < a_clean.confidence
+
+
+def test_threshold_override_moves_the_boundary(tmp_path):
+    f = tmp_path / "t.toml"
+    f.write_text('[thresholds.q5]\nmax_itl_p50_s = 0.01\n')
+    th = Thresholds.from_toml(f)
+    assert ASK["Q5"](build({"decode.itl_p50_s": 0.02}), th).answer == "yes"
+    assert ASK["Q5"](build({"decode.itl_p50_s": 0.02}), TH).answer == "no"
+    assert th.overridden == {"q5.max_itl_p50_s"}
