@@ -1,0 +1,117 @@
+"""The `decide` command, CLI error handling, and the documentation of the stable identifiers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diagnose.cli import COMMANDS, build_parser, main
+from diagnose.diagnosis import PITFALLS, QUESTIONS, TECHNIQUES
+from tests.evidence_builders import build
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def evidence_file(tmp_path):
+    ev = build({"kv.usage_p95": 0.99, "kv.preemptions": 7, "engine.name": "vllm",
+                "prefix.potential_fraction": 0.6, "config.prefix_caching": False})
+    path = tmp_path / "evidence.json"
+    path.write_text(ev.to_json())
+    return path
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_decide_prints_the_diagnosis(capsys, evidence_file):
+    code, out, err = run_cli(capsys, "decide", str(evidence_file))
+    assert code == 0, err
+    assert out.splitlines()[2].startswith("Bottleneck: Q1:")
+    assert "quantization [recommended]" in out and "prefix-caching [recommended]" in out
+    assert "vllm: --kv-cache-dtype fp8" in out
+    assert "Path through the tree:" in out and "Not measured:" in out
+
+
+def test_decide_json_uses_the_stable_identifiers(capsys, evidence_file):
+    code, out, _ = run_cli(capsys, "decide", str(evidence_file), "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["schema"] == "llm-diagnose/diagnosis"
+    assert [a["question"] for a in d["answers"]] == list(QUESTIONS)
+    statuses = {r["technique"]: r["status"] for r in d["recommendations"]}
+    assert statuses["quantization"] == "recommended" and statuses["prefix-caching"] == "recommended"
+    assert {p["pitfall"] for p in d["pitfalls"]} == set(PITFALLS)
+
+
+def test_decide_reads_a_run_folder_and_declared_workload(capsys, evidence_file):
+    code, out, _ = run_cli(capsys, "decide", str(evidence_file.parent), "--offline", "--json")
+    assert code == 0
+    rec = {r["technique"]: r for r in json.loads(out)["recommendations"]}
+    assert rec["offline-batch"]["status"] == "recommended"
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "does not exist"),
+    ("{not json", "not JSON"),
+    ('{"schema": "other"}', "field 'schema'"),
+    ('{"schema": "llm-diagnose/evidence", "version": 99, "items": {}}', "field 'version'"),
+    ('{"schema": "llm-diagnose/evidence", "version": 1, "items": {"kv.usage_p95": {"kind": "measurement"}}}',
+     "field 'items.kv.usage_p95'"),
+    ('{"schema": "llm-diagnose/evidence", "version": 1, "items": {"x": {"kind": "measurement", "value": "NaN",'
+     ' "unit": "s", "provenance": {"method": "m", "source": "s", "taken_at": "t"}}}}', "must be finite"),
+])
+def test_bad_evidence_is_one_clear_line_and_exit_2(capsys, tmp_path, content, expected):
+    path = tmp_path / "evidence.json"
+    if content is not None:
+        path.write_text(content)
+    code, out, err = run_cli(capsys, "decide", str(path))
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llm-diagnose: error:") and expected in lines[0]
+
+
+def test_unknown_threshold_names_it(capsys, tmp_path, evidence_file):
+    rules = tmp_path / "t.toml"
+    rules.write_text('[thresholds]\n"q9.nothing" = 1\n')
+    code, _, err = run_cli(capsys, "decide", str(evidence_file), "--thresholds", str(rules))
+    assert code == 2 and "unknown threshold 'q9.nothing'" in err
+
+
+def test_wrong_flag_exits_2(capsys, evidence_file):
+    with pytest.raises(SystemExit) as exc:
+        main(["decide", str(evidence_file), "--no-such-flag"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+
+
+def test_python_dash_m_works():
+    proc = subprocess.run([sys.executable, "-m", "diagnose", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0
+    assert "exit codes:" in proc.stdout
+
+
+def test_every_command_has_help_and_an_example():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert "decide" in sub.choices
+    for name, p in sub.choices.items():
+        assert name in COMMANDS
+        assert p.description or p.format_help(), name
+        assert "example" in (p.epilog or "").lower(), f"'{name}' has no Example in its help"
+
+
+def test_readme_documents_every_identifier_and_exit_code():
+    readme = (ROOT / "README.md").read_text()
+    for ident in QUESTIONS[:6] + TECHNIQUES + PITFALLS:
+        assert f"`{ident}`" in readme, ident
+    for code in ("0", "1", "2", "3", "4", "5", "130"):
+        assert f"| {code} |" in readme
