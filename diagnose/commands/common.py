@@ -8,6 +8,7 @@ from pathlib import Path
 
 from diagnose.errors import UsageError
 from diagnose.evidence import Evidence, EvidenceError
+from diagnose.runfolder import EVIDENCE
 from diagnose.thresholds import Thresholds, ThresholdsError
 from probes import quantities as Q
 from probes.results import Fact, Provenance
@@ -17,7 +18,7 @@ def evidence_path(path: str | Path) -> Path:
     """A run folder or an evidence file -> the evidence file."""
     p = Path(path)
     if p.is_dir():
-        p = p / "evidence.json"
+        p = p / EVIDENCE
     if not p.exists():
         raise UsageError(f"{p} does not exist: give an evidence.json or a run folder that holds one")
     return p
@@ -56,12 +57,6 @@ def declared_facts(args: argparse.Namespace) -> dict:
     if getattr(args, "interactive", None) is not None:
         items[Q.INTERACTIVE] = Fact(bool(args.interactive), Provenance(method="declared", source="command line"))
     return items
-
-
-def write_json(path: Path, payload: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(payload, encoding="utf-8")
-    tmp.replace(path)  # atomic: a reader never sees half a file
 
 
 def dumps(obj) -> str:

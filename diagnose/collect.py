@@ -1,0 +1,101 @@
+"""Running the probes against a target and writing the run folder.
+
+This is the only module of `diagnose` that runs probes; everything else judges evidence.
+A run folder holds, as they are produced:
+
+- `metrics.jsonl`: every raw scrape, appended and flushed as it is taken;
+- `requests.jsonl`, `events.jsonl`: per-request records of active experiments (with --active);
+- `evidence.json`, `diagnosis.json`, `summary.txt`: written at the end, also after a fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from diagnose.diagnosis import Diagnosis
+from diagnose.errors import TargetError, UsageError
+from diagnose.evidence import Evidence, Target
+from diagnose.report import console
+from diagnose.runfolder import DIAGNOSIS, EVIDENCE, SUMMARY, write_atomic
+from diagnose.thresholds import Thresholds
+from diagnose.tree import diagnose
+from probes import discovery, nvml
+from probes.http import InvalidTargetURL, ProbeHTTPError, make_session, normalize_base_url, redact_url
+from probes.metrics.passive import passive_evidence
+from probes.metrics.scraper import scrape_window
+from probes.metrics.window import ScrapeRecord, Window
+from probes.results import Result
+
+__all__ = ["RunPlan", "RunResult", "run_target", "finish_run"]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    url: str
+    out_dir: Path
+    duration_s: float = 30.0
+    interval_s: float = 1.0
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    extra_items: dict = field(default_factory=dict)  # declared facts, trace evidence
+
+
+@dataclass(frozen=True)
+class RunResult:
+    evidence: Evidence
+    diagnosis: Diagnosis
+    out_dir: Path
+    partial: str = ""  # why the run ended early, "" when it did not
+
+
+async def _collect(plan: RunPlan, on_sample: Callable[[ScrapeRecord, int], None] | None,
+                   active: Callable | None) -> tuple[dict[str, Result], str]:
+    base = normalize_base_url(plan.url)
+    async with make_session() as session:
+        found = await discovery.discover(base, session=session)
+        scrape = scrape_window(found.metrics_url, plan.duration_s, interval_s=plan.interval_s,
+                               run_dir=plan.out_dir, on_sample=on_sample, session=session)
+        if active is None:
+            window: Window = await scrape
+            active_items: dict[str, Result] = {}
+        else:
+            window, active_items = await asyncio.gather(scrape, active(base, found, plan.out_dir))
+    items: dict[str, Result] = dict(found.facts)
+    items.update(passive_evidence(window, found))
+    items.update(nvml.memory_evidence(engine=items))
+    items.update(active_items)
+    return items, window.stopped_early or ""
+
+
+def finish_run(plan: RunPlan, items: dict[str, Result], partial: str = "") -> RunResult:
+    """Diagnose what was collected and write evidence, diagnosis and summary."""
+    evidence = Evidence(Target(url=redact_url(plan.url), label=plan.out_dir.name), items)
+    evidence = evidence.with_items(plan.extra_items)
+    diagnosis = diagnose(evidence, plan.thresholds)
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(plan.out_dir / EVIDENCE, evidence.to_json())
+    write_atomic(plan.out_dir / DIAGNOSIS, diagnosis.to_json())
+    summary = console.render(diagnosis, evidence)
+    if partial:
+        summary = f"PARTIAL RUN: {partial}\n\n" + summary
+    write_atomic(plan.out_dir / SUMMARY, summary)
+    return RunResult(evidence, diagnosis, plan.out_dir, partial)
+
+
+def run_target(plan: RunPlan, *, on_sample: Callable[[ScrapeRecord, int], None] | None = None,
+               active: Callable | None = None) -> RunResult:
+    """Attach to `plan.url`, collect, diagnose, write the run folder.
+
+    Raises TargetError when nothing can be measured (unreachable, not an LLM server, no
+    metrics). A target that failed mid-run still gives a result, with `partial` saying why.
+    """
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        items, partial = asyncio.run(_collect(plan, on_sample, active))
+    except InvalidTargetURL as exc:
+        raise UsageError(str(exc)) from None
+    except ProbeHTTPError as exc:
+        raise TargetError(str(exc)) from None
+    return finish_run(plan, items, partial)

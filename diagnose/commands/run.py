@@ -1,0 +1,74 @@
+"""`llm-diagnose run --url URL --out DIR`: attach to a live server, measure, diagnose."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from diagnose.collect import RunPlan, run_target
+from diagnose.commands.common import add_workload_flags, declared_facts, load_thresholds
+from diagnose.errors import ExitCode, UsageError
+from diagnose.report import console
+from probes.metrics.window import ScrapeRecord
+
+EXAMPLE = """example:
+  llm-diagnose run --url http://127.0.0.1:8000 --duration 60 --out runs/staging
+  llm-diagnose run --url http://10.0.0.7:8000 --duration 300 --interval 5 --out runs/prod-a --offline"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "run", help="attach to a live server, measure, diagnose", epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Scrape the server's /metrics over a window (passive: no inference request is sent), "
+                    "discover its configuration, read GPU memory where a driver exists, and diagnose.")
+    p.add_argument("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--out", required=True, type=Path, help="run folder (raw samples are written as taken)")
+    p.add_argument("--duration", type=float, default=30.0, metavar="SECONDS", help="observation window (default 30)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="scrape interval (default 1)")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding named thresholds")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    add_workload_flags(p)
+    p.set_defaults(func=run)
+
+
+class Progress:
+    """One status line per scrape on a terminal; a line every 10 scrapes otherwise."""
+
+    def __init__(self, planned: int, stream=sys.stderr) -> None:
+        self.planned = planned
+        self.stream = stream
+        self.tty = stream.isatty()
+
+    def __call__(self, record: ScrapeRecord, index: int) -> None:
+        state = "ok" if record.ok else f"failed ({record.error})"
+        line = f"[{index + 1}/{self.planned}] scrape {state}"
+        if self.tty:
+            self.stream.write("\r" + line[:100].ljust(100))
+            if index + 1 >= self.planned:
+                self.stream.write("\n")
+        elif index % 10 == 0 or not record.ok:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.duration <= 0 or args.interval <= 0:
+        raise UsageError("--duration and --interval must be positive numbers of seconds")
+    if args.interval > args.duration:
+        raise UsageError(f"--interval ({args.interval:g} s) is longer than --duration ({args.duration:g} s)")
+    plan = RunPlan(url=args.url, out_dir=args.out, duration_s=args.duration, interval_s=args.interval,
+                   thresholds=load_thresholds(args.thresholds), extra_items=declared_facts(args))
+    planned = int(args.duration // args.interval) + 1
+    if not args.quiet:
+        print(f"llm-diagnose: watching {args.url} for {args.duration:g} s (passive: no requests sent); "
+              f"raw scrapes -> {args.out}/metrics.jsonl", file=sys.stderr)
+    result = run_target(plan, on_sample=None if args.quiet else Progress(planned))
+    sys.stdout.write(console.render(result.diagnosis, result.evidence, verbose=False))
+    print(f"\nrun folder: {result.out_dir} (evidence.json, diagnosis.json, summary.txt, metrics.jsonl)")
+    if result.partial:
+        print(f"llm-diagnose: error: partial run: {result.partial}; the diagnosis covers what was measured",
+              file=sys.stderr)
+        return ExitCode.PARTIAL
+    return ExitCode.OK
