@@ -1,0 +1,86 @@
+"""Session fixtures for the real-engine tests: one tiny model, real vLLM servers on loopback.
+
+Starting a vLLM CPU server takes about 30 s, so servers are started once per distinct flag set
+and shared by the whole session. A missing vLLM is a failure, not a skip: these tests are
+mandatory in CI, and a skip would hide a broken install.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from diagnose.demo.tiny_model import RECIPE_VERSION, make_tiny_model
+from diagnose.demo.vllm_server import VllmServer, vllm_available
+
+REAL_ENGINE_FIXTURES = {"vllm_server", "vllm_server_factory"}
+MAX_LIVE_SERVERS = 3  # 24 GB machines: three vLLM CPU servers and the test process fit
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "real_engine: runs against a real vLLM / transformers server on loopback")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test that asks for a real server is a real-engine test, marked or not.
+    for item in items:
+        if REAL_ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.real_engine)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The seeded tiny Llama; under $LLMD_CACHE_DIR (reused across sessions) when set."""
+    cache = os.environ.get("LLMD_CACHE_DIR")
+    root = Path(cache) if cache else tmp_path_factory.mktemp("models")
+    return make_tiny_model(root / f"tiny-llama-r{RECIPE_VERSION}")
+
+
+@pytest.fixture(scope="session")
+def vllm_server_factory(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                        ) -> Iterator[Callable[..., VllmServer]]:
+    """`get(**flags)`: a ready VllmServer for these keyword arguments, shared per session.
+
+    The flags are VllmServer's keyword arguments (`max_model_len`, `prefix_caching`,
+    `extra_args`, ...), plus `model_dir` to serve another model than the tiny one.
+    """
+    ok, why = vllm_available()
+    if not ok:
+        pytest.fail(f"real-engine tests need vLLM: {why}", pytrace=False)
+    tiny_model_dir = request.getfixturevalue("tiny_model_dir")  # only once vLLM is known good
+    servers: dict[str, VllmServer] = {}
+    # Defaults are filled in so that get() and get(prefix_caching=True) share one server.
+    defaults = {name: p.default for name, p in inspect.signature(VllmServer).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+
+    def get(**flags: object) -> VllmServer:
+        flags = {**defaults, "model_dir": tiny_model_dir, **flags}
+        flags["extra_args"] = tuple(flags["extra_args"])  # type: ignore[arg-type]
+        key = repr(sorted(flags.items()))
+        if key in servers:
+            servers[key] = servers.pop(key)  # most recently used last
+        else:
+            # Each server holds ~2.8 GB: keep the most recently used few, stop the oldest.
+            while len(servers) >= MAX_LIVE_SERVERS:
+                servers.pop(next(iter(servers))).stop()
+            model_dir = Path(flags.pop("model_dir"))  # type: ignore[arg-type]
+            server = VllmServer(model_dir, tmp_path_factory.mktemp("vllm"), **flags)  # type: ignore[arg-type]
+            server.start()
+            server.wait_ready()  # raises with the log tail; nothing is cached then
+            servers[key] = server
+        return servers[key]
+
+    yield get
+    for server in servers.values():
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_server_factory: Callable[..., VllmServer]) -> VllmServer:
+    """The default server: prefix caching on, max-model-len 2048, served as tiny-llama."""
+    return vllm_server_factory(prefix_caching=True, max_model_len=2048)
