@@ -109,3 +109,91 @@ REQUESTS_PER_S = _q("throughput.requests_per_s", "1/s", "finished requests per s
 
 def describe(key: str) -> Quantity | None:
     return CATALOGUE.get(key)
+
+
+# --- live attach ---------------------------------------------------------------------------
+PROCESSES_USED_BYTES = _q("memory.processes_used_bytes", "bytes", "accelerator memory used by compute processes (NVML, where the driver reports it)")
+RUNNING_CAP_ESTIMATE = _q("batch.running_cap_estimate", "count", "plateau of the running batch while requests waited and KV had room (a lower bound on max_num_seqs)")
+LIVE_WINDOW_S = _q("live.window_s", "s", "length of the /metrics observation window (first to last good scrape)")
+LIVE_WINDOW_COMPLETE = _q("live.window_complete", "bool", "the scrape window ran as planned (False: the server stopped answering)", "fact")
+
+# --- trace analytics ---
+TRACE_REQUESTS = _q("trace.requests", "count", "requests read from the trace (skipped lines not counted)")
+INPUT_LEN_P99 = _q("inputs.length_p99", "tokens", "99th percentile prompt length")
+OUTPUT_TOP1_SHARE = _q("outputs.top1pct_token_share", "fraction", "share of all output tokens in the longest 1% of requests")
+ARRIVAL_RATE_MEAN = _q("arrivals.rate_mean_per_s", "1/s", "mean arrival rate over the trace's span")
+ARRIVAL_DISPERSION = _q("arrivals.dispersion_index", "ratio", "variance / mean of arrivals per bin, bins no finer than the timestamp tick (Poisson: 1)")
+INTERARRIVAL_CV = _q("arrivals.interarrival_cv", "ratio", "coefficient of variation of inter-arrival gaps (only where the tick is under a tenth of the mean gap)")
+TIMESTAMP_RESOLUTION = _q("arrivals.timestamp_resolution_s", "s", "detected clock tick of the trace's timestamps")
+
+# --- timing core and PyTorch probe -----------------------------------------------------
+# Machine ceilings and step microbenchmarks (probes.microbench).
+MEMCPY_BYTES_PER_S = _q("machine.memcpy_bytes_per_s", "bytes/s", "measured device memory-copy bandwidth, bytes read + written per second")
+MATMUL_FLOPS_PER_S = _q("machine.matmul_flops_per_s", "flop/s", "measured dense square matmul rate at the model's dtype")
+MIXED_STEP_RATIO = _q("interference.mixed_step_ratio", "ratio", "microbenchmark: a step of decodes plus a prefill chunk / the decodes alone (packed proxy)")
+MICROBENCH_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # batch sizes registered below; other sizes still travel
+MICROBENCH_PROMPTS = (128, 256, 512, 1024, 2048, 4096)
+
+
+def decode_step_latency_key(batch: int) -> str:
+    return f"decode.step_latency_b{int(batch)}_s"
+
+
+def decode_floor_key(batch: int) -> str:
+    return f"decode.roofline_floor_b{int(batch)}_s"
+
+
+def decode_bound_key(batch: int) -> str:
+    return f"decode.bound_b{int(batch)}"
+
+
+def prefill_latency_key(prompt_len: int) -> str:
+    return f"prefill.latency_p{int(prompt_len)}_s"
+
+
+def prefill_floor_key(prompt_len: int) -> str:
+    return f"prefill.roofline_floor_p{int(prompt_len)}_s"
+
+
+for _n in MICROBENCH_BATCHES:
+    _q(decode_step_latency_key(_n), "s", f"median latency of one decode step at batch {_n} (microbenchmark; context in the note)")
+    _q(decode_floor_key(_n), "s", f"roofline floor of that step: max(bytes / memcpy rate, FLOPs / matmul rate)")
+    _q(decode_bound_key(_n), "str", f"which ceiling sets the decode floor at batch {_n}: 'memory' or 'compute'", "fact")
+for _n in MICROBENCH_PROMPTS:
+    _q(prefill_latency_key(_n), "s", f"median latency of a {_n}-token prefill (microbenchmark)")
+    _q(prefill_floor_key(_n), "s", f"roofline floor of a {_n}-token prefill")
+# The in-process PyTorch probe (probes.torch_probe), read from its llmd_torch: metrics.
+FORWARD_DECODE_P50 = _q("forward.decode_step_p50_s", "s", "median model forward time of decode-only steps (in-process probe)")
+FORWARD_PREFILL_P50 = _q("forward.prefill_step_p50_s", "s", "median model forward time of prefill-only steps (in-process probe)")
+FORWARD_MIXED_P50 = _q("forward.mixed_step_p50_s", "s", "median model forward time of steps mixing decodes and prefill tokens")
+FORWARD_STEPS = _q("forward.steps", "count", "model forward passes in the window")
+FORWARD_BUSY_FRACTION = _q("forward.busy_fraction", "fraction", "share of the window the model spent in forward passes (1: never idle)")
+KV_ALLOCATED_TOKENS_MEAN = _q("kv.allocated_tokens_mean", "tokens", "KV token slots allocated to live sequences, mean over forward steps")
+KV_USED_TOKENS_MEAN = _q("kv.used_tokens_mean", "tokens", "KV token slots holding a token, mean over forward steps")
+ALLOCATOR_ALLOCATED_BYTES = _q("memory.allocator_allocated_bytes", "bytes", "bytes in live tensors (CUDA caching allocator)")
+ALLOCATOR_RESERVED_BYTES = _q("memory.allocator_reserved_bytes", "bytes", "bytes the CUDA caching allocator holds from the driver")
+ALLOCATOR_FRAGMENTATION = _q("memory.allocator_fragmentation", "fraction", "reserved but not allocated / reserved (CUDA caching allocator)")
+
+# --- active probing ---
+# probes.experiments: a streaming client sends known requests; ITL_P50/ITL_P99 (batch 1),
+# ITL_INFLATION and SHORT_WAIT_FOR_LONG above are also produced there.
+DECODE_ITL_AT_CONCURRENCY = _q("decode.itl_p50_at_max_concurrency_s", "s", "median inter-token gap with the most concurrent streams the decode experiment ran (count in the note)")
+DECODE_ITL_GROWTH = _q("decode.itl_growth_with_concurrency", "ratio", "median inter-token gap at the highest tested concurrency / at batch 1 (active)")
+DECODE_SERVER_ITL_MEAN = _q("decode.server_itl_mean_s", "s", "the engine's own mean inter-token latency over the batch-1 decode phase (histogram delta)")
+DECODE_CLIENT_SERVER_ITL_RATIO = _q("decode.client_server_itl_ratio", "ratio", "client-measured mean gap / the engine's mean ITL over the same requests (1: they agree)")
+INTERFERENCE_BASELINE_ITL_P50 = _q("interference.itl_baseline_p50_s", "s", "median gap of steady decode streams with no prefill running (active)")
+INTERFERENCE_DURING_ITL_P50 = _q("interference.itl_during_prefill_p50_s", "s", "median gap of steady decode streams overlapping an injected prefill (active)")
+INTERFERENCE_STALL_MAX = _q("interference.stall_max_s", "s", "longest decode gap inside a prefill window minus the baseline median (active)")
+INTERFERENCE_STALL_GROWTH = _q("interference.stall_growth_ratio", "ratio", "prefill stall at the longer injected prompt / at the shorter (~1: bounded by chunking; ~2 when the prompt doubles: unbounded)")
+BATCHING_SHORT_ALONE_E2E = _q("batching.short_request_alone_e2e_s", "s", "latency of the short probe request with nothing else in flight (active)")
+PREFIX_ACTIVE_REPEATED_HIT_RATE = _q("prefix.active_repeated_hit_rate", "fraction", "prefix-cache hit rate of repeats of a prefix this run put in the cache (the cache works)")
+PREFIX_ACTIVE_SALTED_HIT_RATE = _q("prefix.active_salted_hit_rate", "fraction", "prefix-cache hit rate of prompts salted at their start (should be ~0)")
+PREFIX_ACTIVE_TTFT_SPEEDUP = _q("prefix.active_ttft_speedup", "ratio", "median TTFT of salted prompts / of prompts with a cached prefix")
+SPEC_TOKENS_PER_S = _q("spec.tokens_per_s", "1/s", "decode tokens per second of one stream in the speculative-decoding experiment")
+SPEC_TOKENS_PER_EVENT = _q("spec.tokens_per_event", "tokens", "output tokens per streamed event (>1: steps emit several tokens, e.g. accepted drafts)")
+CLIENT_LOOP_LAG_P99 = _q("client.loop_lag_p99_s", "s", "99th percentile event-loop lag of the load client (it delays every timestamp)")
+CLIENT_CPU_CORES = _q("client.cpu_cores", "cores", "CPU the load client process used, in cores (1: a saturated asyncio client)")
+CLIENT_EVENT_OVERHEAD = _q("client.per_event_overhead_s", "s", "client time spent parsing one streamed token event")
+CLIENT_HOST_BUSY = _q("client.host_cpu_busy_fraction", "fraction", "busy fraction of the host's CPUs during active probing (server on the same host)")
+ACTIVE_REQUESTS_SENT = _q("active.requests_sent", "count", "requests the active experiments sent")
+ACTIVE_FAILED_FRACTION = _q("active.failed_request_fraction", "fraction", "share of active requests that ended in a server-side fault (429, 5xx, cut, timeout, refused)")

@@ -80,7 +80,7 @@ def vllm_server_factory(request: pytest.FixtureRequest, tmp_path_factory: pytest
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture  # per test: the factory may have stopped an older server since
 def vllm_server(vllm_server_factory: Callable[..., VllmServer]) -> VllmServer:
     """The default server: prefix caching on, max-model-len 2048, served as tiny-llama."""
     return vllm_server_factory(prefix_caching=True, max_model_len=2048)
