@@ -47,10 +47,31 @@ class Target:
         return cls(url=d.get("url"), label=str(d.get("label", "")))
 
 
-_NOT_PRODUCED = NotMeasured(
-    reason="no probe produced this measurement",
-    hint="see the report's 'not measured' section for the probes that would",
-)
+# Which probe measures what, for keys no probe produced in this run: the longest matching
+# prefix wins. These are the hints a user sees under "not measured".
+_HOW_TO_MEASURE = {
+    "prefix.potential_fraction": "analyse the requests the server sees: --trace FILE",
+    "prefix.lru_fraction_at_capacity": "a trace and the server's KV capacity: --trace FILE (capacity from /metrics)",
+    "prefix.hit_rate_first_requests": "the active prefix experiment: --active",
+    "prompts.": "analyse the prompts themselves: --trace FILE",
+    "outputs.": "a trace (--trace FILE) or requests finishing during the window",
+    "inputs.": "a trace (--trace FILE) or requests finishing during the window",
+    "batching.": "the active heterogeneity experiment: --active",
+    "interference.itl_inflation": "the active interference experiment: --active",
+    "kv.waste_fraction": "the in-process PyTorch probe (llm-diagnose instrument) on servers without paged KV",
+    "memory.": "NVML on the GPU host (run llm-diagnose there, or in the sidecar described in the README)",
+    "pd.": "the KV-connector metrics of a disaggregated deployment (NIXL/Mooncake connectors)",
+    "config.pd_disaggregation": "the engine's configuration: SGLang /server_info, vLLM dev-mode /server_info",
+    "workload.interactive": "declare it: --interactive or --offline",
+    "spec.": "the engine's spec-decode counters (only when speculative decoding is configured)",
+    "decode.": "requests decoding during the window, or the active decode experiment: --active",
+}
+
+
+def _absent(key: str) -> NotMeasured:
+    match = max((p for p in _HOW_TO_MEASURE if key.startswith(p)), key=len, default=None)
+    hint = _HOW_TO_MEASURE[match] if match else "no probe of this tool measures it in this mode"
+    return NotMeasured(reason="not measured in this run", hint=hint)
 
 
 @dataclass(frozen=True)
@@ -68,7 +89,7 @@ class Evidence:
     # --- reading -------------------------------------------------------------------------
     def get(self, key: str) -> Result:
         """The result for `key`; a NotMeasured saying so when no probe produced it."""
-        return self.items.get(key, _NOT_PRODUCED)
+        return self.items.get(key) or _absent(key)
 
     def measurement(self, key: str) -> Measurement | None:
         r = self.items.get(key)
