@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from diagnose.diagnosis import Diagnosis
 from diagnose.errors import TargetError, UsageError
@@ -23,6 +23,7 @@ from diagnose.runfolder import DIAGNOSIS, EVIDENCE, SUMMARY, write_atomic
 from diagnose.thresholds import Thresholds
 from diagnose.tree import diagnose
 from probes import discovery, nvml
+from probes import quantities as Q
 from probes.http import InvalidTargetURL, ProbeHTTPError, make_session, normalize_base_url, redact_url
 from probes.metrics.passive import passive_evidence
 from probes.metrics.scraper import scrape_window
@@ -39,7 +40,11 @@ class RunPlan:
     duration_s: float = 30.0
     interval_s: float = 1.0
     thresholds: Thresholds = field(default_factory=Thresholds)
-    extra_items: dict = field(default_factory=dict)  # declared facts, trace evidence
+    extra_items: dict = field(default_factory=dict)  # declared facts
+    trace: Path | None = None  # a trace of the workload, analysed with the server's block size
+    trace_format: str = "auto"
+    block_size: int | None = None
+    kv_capacity_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,36 @@ async def _collect(plan: RunPlan, on_sample: Callable[[ScrapeRecord, int], None]
     items.update(passive_evidence(window, found))
     items.update(nvml.memory_evidence(engine=items))
     items.update(active_items)
+    items.update(trace_items_for(items, plan.trace, plan.trace_format, block_size=plan.block_size,
+                                 kv_capacity_tokens=plan.kv_capacity_tokens))
     return items, window.stopped_early or ""
+
+
+def trace_items_for(items: Mapping[str, Result], trace: Path | None, fmt: str = "auto", *,
+                    block_size: int | None = None, kv_capacity_tokens: int | None = None) -> dict[str, Result]:
+    """Evidence from a trace, simulated with the server's own block size and KV capacity where
+    the evidence knows them and the caller did not say. A bad trace is a usage error naming
+    the file and line."""
+    if trace is None:
+        return {}
+    from probes.traces import TraceError, analyze_trace
+
+    block_size = block_size or _positive_int(items.get(Q.BLOCK_SIZE))
+    kv_capacity_tokens = kv_capacity_tokens or _positive_int(items.get(Q.KV_CAPACITY_TOKENS))
+    try:
+        analysis = analyze_trace(trace, fmt=fmt, block_size=block_size, kv_capacity_tokens=kv_capacity_tokens)
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read the trace {trace}: {exc.strerror or exc}") from None
+    return analysis.evidence_items()
+
+
+def _positive_int(result: Result | None) -> int | None:
+    value = getattr(result, "value", None)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    return int(value)
 
 
 def finish_run(plan: RunPlan, items: dict[str, Result], partial: str = "") -> RunResult:

@@ -51,6 +51,16 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
                        help="people wait for the responses")
 
 
+def add_trace_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", metavar="FILE", type=Path,
+                        help="a request trace of this workload (formats: see `llm-diagnose trace --help`)")
+    parser.add_argument("--trace-format", default="auto", metavar="FORMAT", help="trace format (default: auto)")
+    parser.add_argument("--block-size", type=int, metavar="N",
+                        help="prefix-cache block size for the trace (default: the server's, else 16)")
+    parser.add_argument("--kv-capacity-tokens", type=int, metavar="N",
+                        help="KV capacity for the trace's LRU simulation (default: the server's)")
+
+
 def declared_facts(args: argparse.Namespace) -> dict:
     """Facts the user declared on the command line, with that provenance."""
     items = {}

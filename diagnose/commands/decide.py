@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from diagnose.commands.common import add_workload_flags, declared_facts, load_evidence, load_thresholds
+from diagnose.collect import trace_items_for
+from diagnose.commands.common import add_trace_flags, add_workload_flags, declared_facts, load_evidence, load_thresholds
 from diagnose.report import console
 from diagnose.tree import diagnose
 
@@ -23,12 +24,15 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.add_argument("--brief", action="store_true", help="verdict and recommendations only")
     add_workload_flags(p)
+    add_trace_flags(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     evidence = load_evidence(args.evidence)
-    extra = declared_facts(args)
+    extra = {**trace_items_for(evidence.items, args.trace, args.trace_format, block_size=args.block_size,
+                               kv_capacity_tokens=args.kv_capacity_tokens),
+             **declared_facts(args)}
     if extra:
         evidence = evidence.with_items(extra)
     diagnosis = diagnose(evidence, load_thresholds(args.thresholds))
@@ -37,3 +41,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(console.render(diagnosis, evidence, verbose=not args.brief))
     return 0
+

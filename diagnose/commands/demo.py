@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 
 from diagnose.collect import RunPlan, run_target
-from diagnose.errors import ExitCode, UsageError
+from diagnose.errors import ExitCode, TargetError, UsageError
+from diagnose.runfolder import REQUESTS
+from probes import quantities as Q
+from probes.results import Fact, Provenance
 from diagnose.report import console
 
 EXAMPLE = """example:
@@ -29,9 +32,9 @@ def register(sub) -> None:
     p.add_argument("--out", type=Path, help="run folder (default: runs/demo-<timestamp>)")
     p.add_argument("--workdir", type=Path, default=Path(".cache/demo"),
                    help="where the tiny model and the server's caches live (default .cache/demo)")
-    p.add_argument("--duration", type=float, default=20.0, metavar="SECONDS",
-                   help="observation window while the workload runs (default 20)")
-    p.add_argument("--requests", type=int, default=48, help="requests the demo workload sends (default 48)")
+    p.add_argument("--duration", type=float, default=25.0, metavar="SECONDS",
+                   help="observation window while the workload runs (default 25)")
+    p.add_argument("--requests", type=int, default=96, help="requests the demo workload sends (default 96)")
     p.set_defaults(func=run)
 
 
@@ -53,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     workdir = args.workdir.resolve()
     _say(f"making the tiny model in {workdir / 'model'}")
     model_dir = make_tiny_model(workdir / "model")
-    workload = DemoWorkload(requests=args.requests)
+    # Arrivals spread over most of the window, leaving a few scrapes for the tail to finish.
+    workload = DemoWorkload(requests=args.requests, spread_s=max(1.0, args.duration - 5.0))
     out.mkdir(parents=True, exist_ok=True)
     trace = workload.write_trace(out / "workload.jsonl")
     _say("starting a real vLLM CPU server on 127.0.0.1 (about 30-60 s)")
@@ -61,21 +65,23 @@ def run(args: argparse.Namespace) -> int:
         _say(f"server ready at {server.url}; sending {args.requests} requests with a shared system prompt "
              f"({workload.concurrency} at a time) while scraping /metrics for {args.duration:g} s")
 
+        sent: list[tuple[int, int]] = []
+
         async def drive(base_url, found, run_dir):
-            await workload.drive(base_url, server.model_name)
+            sent.append(await workload.drive(base_url, server.model_name, run_dir / REQUESTS))
             return {}
 
         plan = RunPlan(url=server.url, out_dir=out, duration_s=args.duration, interval_s=1.0,
-                       extra_items=_trace_items(trace))
+                       trace=trace, trace_format="prompts",
+                       extra_items={Q.INTERACTIVE: Fact(True, Provenance("declared", "the demo's chat workload"))})
         result = run_target(plan, active=drive)
+    completed, failed = sent[0]
+    if completed == 0:
+        raise TargetError(f"none of the demo's {failed} requests completed (see {out / REQUESTS} and the "
+                          f"server log {server.log_path})")
+    _say(f"{completed} requests completed, {failed} failed")
     sys.stdout.write(console.render(result.diagnosis, result.evidence))
     print(f"\nrun folder: {out} (evidence.json, diagnosis.json, summary.txt, metrics.jsonl, workload.jsonl)")
     print(f"re-diagnose offline: llm-diagnose decide {out}")
     return ExitCode.PARTIAL if result.partial else ExitCode.OK
 
-
-def _trace_items(trace: Path) -> dict:
-    """The workload's own reuse, from its prompts, as the trace analysis measures it."""
-    from probes.traces import analyze_trace
-
-    return analyze_trace(trace, fmt="prompts", block_size=128).evidence_items()

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from diagnose.collect import RunPlan, run_target
-from diagnose.commands.common import add_workload_flags, declared_facts, load_thresholds
+from diagnose.commands.common import add_trace_flags, add_workload_flags, declared_facts, load_thresholds
 from diagnose.errors import ExitCode, UsageError
 from diagnose.report import console
 from probes.metrics.window import ScrapeRecord
@@ -30,6 +30,7 @@ def register(sub) -> None:
     p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding named thresholds")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     add_workload_flags(p)
+    add_trace_flags(p)
     p.set_defaults(func=run)
 
 
@@ -59,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     if args.interval > args.duration:
         raise UsageError(f"--interval ({args.interval:g} s) is longer than --duration ({args.duration:g} s)")
     plan = RunPlan(url=args.url, out_dir=args.out, duration_s=args.duration, interval_s=args.interval,
-                   thresholds=load_thresholds(args.thresholds), extra_items=declared_facts(args))
+                   thresholds=load_thresholds(args.thresholds), extra_items=declared_facts(args),
+                   trace=args.trace, trace_format=args.trace_format, block_size=args.block_size,
+                   kv_capacity_tokens=args.kv_capacity_tokens)
     planned = int(args.duration // args.interval) + 1
     if not args.quiet:
         print(f"llm-diagnose: watching {args.url} for {args.duration:g} s (passive: no requests sent); "

@@ -16,18 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from probes.load.client import StreamingClient
-from probes.load.records import RequestSpec
+from probes.load.records import JsonlWriter, RequestSpec
 
+# About 820 tokens with the tiny model's tokenizer: six full 128-token blocks, well inside
+# the demo server's 2048-token context together with the question and the answer.
 SYSTEM_PROMPT = " ".join(
     f"Rule {i}: answer politely, cite the policy section {i}, and keep the tone of the support desk."
-    for i in range(1, 41)
+    for i in range(1, 17)
 )
 
 
 @dataclass(frozen=True)
 class DemoWorkload:
-    requests: int = 48
-    concurrency: int = 6
+    requests: int = 96
+    concurrency: int = 8
+    spread_s: float = 15.0  # arrivals are spread over this long, so every scrape interval sees traffic
     seed: int = 7
 
     def specs(self) -> list[RequestSpec]:
@@ -47,16 +50,21 @@ class DemoWorkload:
                 f.write(json.dumps({"prompt": spec.prompt, "output_length": spec.max_tokens}) + "\n")
         return path
 
-    async def drive(self, base_url: str, model: str, delay_s: float = 1.0) -> int:
-        """Send every request with at most `concurrency` in flight; return how many completed."""
+    async def drive(self, base_url: str, model: str, requests_file: Path, delay_s: float = 1.0) -> tuple[int, int]:
+        """Send every request with at most `concurrency` in flight, recording each one in
+        `requests_file` as it ends; return (completed, failed)."""
         await asyncio.sleep(delay_s)  # let the scraper take a baseline first
         sem = asyncio.Semaphore(self.concurrency)
         done = 0
-        async with StreamingClient(base_url, model, max_streams=self.concurrency) as client:
-            async def one(spec: RequestSpec) -> None:
+        writer = JsonlWriter(requests_file)
+        async with StreamingClient(base_url, model, max_streams=self.concurrency,
+                                   on_record=lambda r: writer.write(r.to_dict())) as client:
+            async def one(i: int, spec: RequestSpec) -> None:
                 nonlocal done
+                await asyncio.sleep(i * self.spread_s / self.requests)
                 async with sem:
                     record = await client.send(spec)
                     done += record.completed
-            await asyncio.gather(*(one(s) for s in self.specs()))
-        return done
+            await asyncio.gather(*(one(i, s) for i, s in enumerate(self.specs())))
+        writer.close()
+        return done, self.requests - done

@@ -1,0 +1,77 @@
+"""`llm-diagnose gate --baseline RUN --current RUN`: fail CI on a performance regression, not on noise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from diagnose.commands.common import load_thresholds
+from diagnose.commands.report import load_run
+from diagnose.errors import UsageError
+from diagnose.gate import RunData, compare, render_junit, render_text, request_measurements
+from diagnose.gate_rules import GateRulesError, load_rules
+from diagnose.report import markdown
+from diagnose.runfolder import write_atomic
+
+EXAMPLE = """example:
+  llm-diagnose gate --baseline runs/main --current runs/pr --junit gate.xml --markdown gate.md
+  llm-diagnose gate --baseline baseline/evidence.json --current runs/pr --rules gate.toml --fail-on-inconclusive
+
+exit codes: 0 no regression; 1 a regression beyond the noise; 2 bad usage or input;
+5 inconclusive (too noisy to decide), only with --fail-on-inconclusive (otherwise 0)"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "gate", help="compare two runs; fail on a regression beyond the noise", epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compare a current run with a baseline: latency and throughput quantiles, memory headroom, "
+                    "hit rates (bootstrap confidence interval of the change from the raw samples, against a "
+                    "tolerance per rule), and the diagnosis itself (new pitfalls, changed answers, newly "
+                    "recommended techniques). Rules: see 'diagnose/gate_rules.py' or the README.")
+    p.add_argument("--baseline", required=True, metavar="RUN", help="run folder, evidence.json or diagnosis.json")
+    p.add_argument("--current", required=True, metavar="RUN", help="run folder, evidence.json or diagnosis.json")
+    p.add_argument("--rules", metavar="FILE", help="TOML rules (defaults: built in)")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML thresholds for runs that lack a diagnosis.json")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML here")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="also write a Markdown summary here")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the outcomes as JSON here")
+    p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 5 when the runs are too noisy to decide")
+    p.add_argument("--verbose", action="store_true", help="list passing rules too")
+    p.set_defaults(func=run)
+
+
+def _run_data(path: str, thresholds) -> tuple[RunData, str]:
+    loaded = load_run(path, thresholds)
+    if loaded.evidence is None:
+        raise UsageError(f"{path}: the gate needs the run's evidence.json (its raw samples), not only a diagnosis")
+    # Per-request samples, where the run was active, join the evidence for the comparison only.
+    evidence = loaded.evidence.with_items(request_measurements(loaded.run_dir))
+    return RunData(evidence, loaded.diagnosis, loaded.label), loaded.note
+
+
+def _write(path: Path, text: str, flag: str) -> None:
+    if not path.parent.exists():
+        raise UsageError(f"{flag} {path}: the folder {path.parent} does not exist")
+    write_atomic(path, text)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        rules = load_rules(args.rules)
+    except GateRulesError as exc:
+        raise UsageError(str(exc)) from None
+    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    baseline, note_b = _run_data(args.baseline, thresholds)
+    current, note_c = _run_data(args.current, thresholds)
+    result = compare(baseline, current, rules, notes=tuple(n for n in (note_b, note_c) if n))
+    sys.stdout.write(render_text(result, verbose=args.verbose))
+    if args.junit:
+        _write(args.junit, render_junit(result), "--junit")
+    if args.markdown:
+        _write(args.markdown, markdown.render_gate(result), "--markdown")
+    if args.json:
+        _write(args.json, json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n", "--json")
+    return result.exit_code(fail_on_inconclusive=args.fail_on_inconclusive)

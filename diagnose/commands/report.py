@@ -1,0 +1,147 @@
+"""`llm-diagnose report DIR|FILE`: a diagnosis as an HTML page, Markdown, or JSON.
+
+Also home of `load_run`, which reads what a run left behind (a run folder, its evidence.json,
+or its diagnosis.json) and is shared with `gate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from diagnose.commands.common import load_thresholds
+from diagnose.diagnosis import DIAGNOSIS_SCHEMA, Diagnosis
+from diagnose.errors import UsageError
+from diagnose.evidence import SCHEMA as EVIDENCE_SCHEMA
+from diagnose.evidence import Evidence, EvidenceError
+from diagnose.report import html, markdown
+from diagnose.report import json as report_json
+from diagnose.runfolder import DIAGNOSIS, EVIDENCE, write_atomic
+from diagnose.thresholds import Thresholds
+from diagnose.tree import diagnose
+
+__all__ = ["LoadedRun", "load_run", "register", "run", "FORMATS"]
+
+FORMATS = {"html": ".html", "md": ".md", "json": ".json"}
+
+EXAMPLE = """example:
+  llm-diagnose report runs/staging --out runs/staging/report.html
+  llm-diagnose report runs/staging/diagnosis.json --format md >> "$GITHUB_STEP_SUMMARY"
+  llm-diagnose report runs/staging --format json | jq '.recommendations[].technique'"""
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    diagnosis: Diagnosis
+    evidence: Evidence | None  # None: a diagnosis.json with no evidence.json beside it
+    run_dir: Path | None  # the folder per-request files are read from
+    label: str
+    note: str = ""  # how the diagnosis was obtained, when that is worth saying
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a JSON object")
+    return data
+
+
+def _evidence(path: Path, data: dict) -> Evidence:
+    try:
+        return Evidence.from_dict(data)
+    except EvidenceError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def load_run(path: str | Path, thresholds: Thresholds | None = None) -> LoadedRun:
+    """A run folder, an evidence.json or a diagnosis.json -> the diagnosis and its evidence.
+
+    The diagnosis is read from diagnosis.json when there is one (it is what the run decided,
+    with the thresholds it ran with); otherwise it is computed from the evidence.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{p} does not exist: give a run folder, an evidence.json or a diagnosis.json")
+    if p.is_dir():
+        folder, ev_path, dg_path = p, p / EVIDENCE, p / DIAGNOSIS
+        if not ev_path.exists() and not dg_path.exists():
+            raise UsageError(f"{p} holds neither {EVIDENCE} nor {DIAGNOSIS}: is it a run folder?")
+    else:
+        schema = _read_json(p).get("schema")
+        folder = p.parent
+        if schema == DIAGNOSIS_SCHEMA:
+            ev_path, dg_path = folder / EVIDENCE, p
+        elif schema == EVIDENCE_SCHEMA:
+            ev_path, dg_path = p, folder / DIAGNOSIS
+        else:
+            raise UsageError(f"{p}: field 'schema' is {schema!r}; expected {EVIDENCE_SCHEMA!r} or {DIAGNOSIS_SCHEMA!r}")
+    evidence = _evidence(ev_path, _read_json(ev_path)) if ev_path.exists() else None
+    note = ""
+    if dg_path.exists():
+        try:
+            diagnosis = Diagnosis.from_dict(_read_json(dg_path))
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"{dg_path}: {exc}") from None
+        # The tree is cheap and pure: re-running it is the one way to get the digest it records.
+        if evidence is not None and diagnosis.evidence_digest != diagnose(evidence, thresholds).evidence_digest:
+            note = f"{dg_path} was computed from other evidence than {ev_path}: it is used as written"
+    else:
+        assert evidence is not None  # one of the two exists (checked above)
+        diagnosis = diagnose(evidence, thresholds)
+        note = f"no {DIAGNOSIS} beside {ev_path}: diagnosed now" + (
+            f" with thresholds from {thresholds.source}" if thresholds is not None else " with default thresholds")
+    return LoadedRun(diagnosis, evidence, folder, str(p), note)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="write a diagnosis as HTML, Markdown or JSON", epilog=EXAMPLE,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Render a run's diagnosis: a self-contained HTML page with plots (no network "
+                                   "needed to view it), Markdown for a pull-request comment, or JSON.")
+    p.add_argument("run", metavar="DIR|FILE", help="a run folder, or its diagnosis.json or evidence.json")
+    p.add_argument("--format", choices=tuple(FORMATS), help="default: from --out's suffix, else html")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write here (default: standard output)")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML thresholds, used only when there is no diagnosis.json")
+    p.add_argument("--include-prompts", action="store_true",
+                   help="show prompt text found in the evidence (withheld by default: hashes and lengths only)")
+    p.set_defaults(func=run)
+
+
+_SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
+
+
+def _format(args: argparse.Namespace) -> str:
+    if args.format:
+        return args.format
+    return _SUFFIXES.get(args.out.suffix.lower(), "html") if args.out is not None else "html"
+
+
+def run(args: argparse.Namespace) -> int:
+    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    loaded = load_run(args.run, thresholds)
+    fmt = _format(args)
+    if fmt == "html":
+        text = html.render(loaded.diagnosis, loaded.evidence, run_dir=loaded.run_dir,
+                           include_prompts=args.include_prompts)
+    elif fmt == "md":
+        text = markdown.render(loaded.diagnosis, loaded.evidence, include_prompts=args.include_prompts)
+    else:
+        text = report_json.render(loaded.diagnosis, loaded.evidence, include_prompts=args.include_prompts)
+    if loaded.note:
+        print(f"llm-diagnose: {loaded.note}", file=sys.stderr)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        if not args.out.parent.exists():
+            raise UsageError(f"--out {args.out}: the folder {args.out.parent} does not exist")
+        write_atomic(args.out, text)
+        print(f"llm-diagnose: wrote {args.out} ({fmt})", file=sys.stderr)
+    return 0

@@ -1,0 +1,74 @@
+"""`run` and `demo` end to end through the CLI: the demo against a real vLLM it starts itself,
+`run` against a real server and against nothing at all."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from diagnose.cli import main
+from diagnose.evidence import Evidence
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.real_engine
+def test_demo_diagnoses_a_real_vllm_end_to_end(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code = main(["demo", "--out", str(out), "--workdir", str(tmp_path / "work"), "--duration", "14",
+                 "--requests", "48"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    assert "Bottleneck:" in stdout and f"run folder: {out}" in stdout
+    for name in ("evidence.json", "diagnosis.json", "summary.txt", "metrics.jsonl", "requests.jsonl", "workload.jsonl"):
+        assert (out / name).stat().st_size > 0, name
+    assert len((out / "requests.jsonl").read_text().splitlines()) == 48
+    assert len((out / "metrics.jsonl").read_text().splitlines()) >= 10  # one line per scrape, as taken
+    evidence = Evidence.from_json((out / "evidence.json").read_text())
+    assert evidence.fact("engine.name") == "vllm" and evidence.fact("config.prefix_caching") is True
+    # the shared system prompt is measured twice: from the prompts, and by the server's counters
+    assert evidence.measurement("prefix.potential_fraction").value > 0.8
+    assert evidence.measurement("prefix.hit_rate").value > 0.5
+    diagnosis = json.loads((out / "diagnosis.json").read_text())
+    answers = {a["question"]: a["answer"] for a in diagnosis["answers"]}
+    status = {r["technique"]: r["status"] for r in diagnosis["recommendations"]}
+    assert answers["Q2"] == "yes" and status["prefix-caching"] == "in-place"
+    assert status["continuous-batching"] == "in-place" and status["paged-attention"] == "in-place"
+
+
+def test_run_against_nothing_is_a_target_error(tmp_path, capsys):
+    port = _free_port()
+    code = main(["run", "--url", f"http://127.0.0.1:{port}", "--duration", "1", "--out", str(tmp_path / "r"),
+                 "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 3
+    assert err[-1].startswith("llm-diagnose: error:") and f"127.0.0.1:{port}" in err[-1]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--duration", "0"], "must be positive"),
+    (["--duration", "1", "--interval", "5"], "longer than --duration"),
+])
+def test_run_bad_flags_exit_2(tmp_path, capsys, argv, expected):
+    code = main(["run", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "r"), *argv])
+    assert code == 2 and expected in capsys.readouterr().err
+
+
+@pytest.mark.real_engine
+def test_run_passively_reads_a_real_server(vllm_server, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["run", "--url", vllm_server.url, "--duration", "2", "--interval", "0.5", "--out", str(out),
+                 "--quiet", "--interactive"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    evidence = Evidence.from_json((out / "evidence.json").read_text())
+    assert evidence.fact("engine.name") == "vllm" and evidence.fact("engine.max_model_len") == 2048
+    assert evidence.fact("workload.interactive") is True
+    assert len((out / "metrics.jsonl").read_text().splitlines()) >= 4
+    assert not (out / "requests.jsonl").exists(), "passive mode sends no request"
