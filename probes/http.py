@@ -1,0 +1,277 @@
+"""The one HTTP chokepoint: sessions, GET helpers, the API key, and errors that say what to do.
+
+Every request llm-diagnose makes to a serving engine goes through here (the scraper, the
+discovery of the server's configuration, and later the active load driver), so timeouts,
+authentication, redaction and error wording are decided once.
+
+The API key comes from the environment (`LLM_DIAGNOSE_API_KEY`, else `OPENAI_API_KEY`). It is
+sent as a Bearer header and never appears in a message, a log line or a file: every URL or
+header that leaves this module for text goes through `redact_url` / `redact_headers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import aiohttp
+
+__all__ = [
+    "API_KEY_ENV_VARS",
+    "DEFAULT_TIMEOUT_S",
+    "ProbeHTTPError",
+    "InvalidTargetURL",
+    "TargetUnreachable",
+    "HTTPStatusError",
+    "NotAnLLMServer",
+    "MetricsUnavailable",
+    "MalformedMetrics",
+    "HttpText",
+    "api_key_from_env",
+    "normalize_base_url",
+    "redact_url",
+    "redact_headers",
+    "make_session",
+    "get_text",
+    "get_json",
+    "post_json",
+]
+
+API_KEY_ENV_VARS = ("LLM_DIAGNOSE_API_KEY", "OPENAI_API_KEY")  # first one set wins
+DEFAULT_TIMEOUT_S = 5.0  # a /metrics page renders in milliseconds; 5 s means "not answering"
+DEFAULT_CONNECT_TIMEOUT_S = 3.0
+DEFAULT_CONNECTION_LIMIT = 16  # the scraper needs 1; the load driver raises it explicitly
+REDACTED = "***"
+# Query parameters that carry secrets in the wild (?api_key=..., ?token=...).
+_SECRET_QUERY_KEYS = frozenset({"api_key", "apikey", "key", "token", "access_token", "auth", "password", "secret"})
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
+
+
+# --- errors ---------------------------------------------------------------------------------
+class ProbeHTTPError(Exception):
+    """Base of the errors below: `str(error)` is one actionable line with a redacted URL."""
+
+    def __init__(self, message: str, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = None if url is None else redact_url(url)
+
+
+class InvalidTargetURL(ProbeHTTPError):
+    """The target is not a usable http(s) URL."""
+
+
+class TargetUnreachable(ProbeHTTPError):
+    """Connection refused, DNS failure, timeout, or the server hung up mid-answer."""
+
+
+class HTTPStatusError(ProbeHTTPError):
+    """The server answered with a non-2xx status (discovery treats 404 as "not exposed")."""
+
+    def __init__(self, message: str, url: str | None = None, status: int = 0) -> None:
+        super().__init__(message, url)
+        self.status = status
+
+
+class NotAnLLMServer(ProbeHTTPError):
+    """Something answers HTTP at the URL, but not an OpenAI-compatible serving engine."""
+
+
+class MetricsUnavailable(ProbeHTTPError):
+    """No engine metrics: /metrics is missing, or serves no vllm:/sglang:/trtllm series."""
+
+
+class MalformedMetrics(ProbeHTTPError):
+    """/metrics answered with text the Prometheus parser rejects; quotes the first bad line."""
+
+    def __init__(self, message: str, url: str | None = None, line_number: int | None = None,
+                 line: str | None = None) -> None:
+        super().__init__(message, url)
+        self.line_number = line_number
+        self.line = line
+
+
+# --- URLs, keys, redaction ------------------------------------------------------------------
+def api_key_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """The API key to send, from the first of API_KEY_ENV_VARS that is set and not empty."""
+    env = os.environ if environ is None else environ
+    for var in API_KEY_ENV_VARS:
+        value = env.get(var, "").strip()
+        if value:
+            return value
+    return None
+
+
+def normalize_base_url(url: str) -> str:
+    """`localhost:8000` -> `http://localhost:8000`; drops a trailing slash.
+
+    Raises:
+        InvalidTargetURL: not http(s), or no host.
+    """
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidTargetURL(f"{redact_url(url)!r} is not an http(s) URL with a host "
+                               "(expected e.g. http://127.0.0.1:8000)", None)
+    try:
+        _ = parts.port  # raises ValueError on a port that is not a number
+    except ValueError:
+        raise InvalidTargetURL(f"{redact_url(url)!r} has an invalid port", None) from None
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), parts.query, ""))
+
+
+def redact_url(url: str) -> str:
+    """The URL with any user:password and secret-looking query values replaced by ***."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return REDACTED  # unparseable: printing it could leak whatever it holds
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = REDACTED + "@" + netloc.rsplit("@", 1)[1]
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, REDACTED if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in pairs], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """A copy of the headers fit to print: credentials replaced by *** (the scheme kept)."""
+    out = {}
+    for name, value in headers.items():
+        if name.lower() in _SECRET_HEADERS:
+            scheme = value.split(" ", 1)[0] if " " in value else ""
+            out[name] = f"{scheme} {REDACTED}".strip()
+        else:
+            out[name] = value
+    return out
+
+
+# --- sessions and requests ------------------------------------------------------------------
+def make_session(*, timeout_s: float = DEFAULT_TIMEOUT_S, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+                 connection_limit: int = DEFAULT_CONNECTION_LIMIT, api_key: str | None = "env",
+                 trust_env: bool = False) -> aiohttp.ClientSession:
+    """An aiohttp session for talking to one serving engine.
+
+    `api_key="env"` reads the key from the environment; None sends no key. `trust_env=False`
+    keeps HTTP(S)_PROXY out of the way: diagnosis targets are usually on loopback or the
+    cluster network, where a corporate proxy would only add latency or refuse the request.
+    Must be created (and closed) inside a running event loop.
+    """
+    key = api_key_from_env() if api_key == "env" else api_key
+    headers = {"User-Agent": "llm-diagnose"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_timeout_s)
+    # Keep-alive on: the scraper reuses one connection, so a scrape costs one request, not a
+    # TCP handshake. DNS is cached so a slow resolver is paid once per run.
+    connector = aiohttp.TCPConnector(limit=connection_limit, ttl_dns_cache=300)
+    return aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector, trust_env=trust_env)
+
+
+@dataclass(frozen=True)
+class HttpText:
+    """A successful GET: status, body, and how long it took on the monotonic clock."""
+
+    url: str  # redacted
+    status: int
+    text: str
+    content_type: str
+    elapsed_s: float
+
+
+def _server_root(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+
+
+def _status_message(status: int, url: str) -> str:
+    shown = redact_url(url)
+    if status in (401, 403):
+        return (f"{shown} answered HTTP {status}: the server wants an API key; "
+                f"set {API_KEY_ENV_VARS[0]} (or {API_KEY_ENV_VARS[1]}) to the key it was started with")
+    if status == 404:
+        return f"{shown} answered HTTP 404 (not found)"
+    return f"{shown} answered HTTP {status}"
+
+
+async def _request(session: aiohttp.ClientSession, method: str, url: str, json_body: object = None) -> HttpText:
+    """One request with every transport failure mapped to an actionable error (GET and POST)."""
+    shown = redact_url(url)
+    root = redact_url(_server_root(url))
+    t0 = time.monotonic()
+    try:
+        async with session.request(method, url, json=json_body, allow_redirects=True) as resp:
+            body = await resp.text(errors="replace")
+            elapsed = time.monotonic() - t0
+            if not 200 <= resp.status < 300:
+                raise HTTPStatusError(_status_message(resp.status, url), url, resp.status)
+            return HttpText(shown, resp.status, body, resp.content_type or "", elapsed)
+    except aiohttp.InvalidURL:
+        raise InvalidTargetURL(f"{shown} is not a valid URL", url) from None
+    except ValueError as exc:  # aiohttp: credentials in the URL beside the Bearer header
+        if "AUTHORIZATION" in str(exc).upper():
+            raise InvalidTargetURL(f"{shown} carries user:password credentials while an API key is set: drop them "
+                                   f"from the URL and keep the key in {API_KEY_ENV_VARS[0]}", url) from None
+        raise
+    except aiohttp.ClientConnectorError as exc:
+        why = exc.os_error.strerror if exc.os_error and exc.os_error.strerror else str(exc.os_error or exc)
+        raise TargetUnreachable(f"cannot connect to {root} ({why.lower()}): is the server running at {root}?",
+                                url) from None
+    except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+        raise TargetUnreachable(f"no answer from {shown} within {session.timeout.total:g} s: "
+                                f"is the server at {root} overloaded or hung?", url) from None
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError) as exc:
+        raise TargetUnreachable(f"the connection to {root} broke during {method} {shown} ({type(exc).__name__}): "
+                                "did the server stop or restart?", url) from None
+    except aiohttp.ClientResponseError as exc:  # a garbled HTTP answer: not a web server we know
+        raise NotAnLLMServer(f"{shown} did not answer with valid HTTP ({exc.message}): "
+                             f"is {root} the serving engine's HTTP port?", url) from None
+
+
+def _decode_json(answer: HttpText, url: str) -> object:
+    try:
+        return json.loads(answer.text)
+    except ValueError:
+        first = answer.text.strip().splitlines()[0][:80] if answer.text.strip() else "(empty body)"
+        raise NotAnLLMServer(f"{answer.url} did not answer with JSON (it sent {answer.content_type or 'no type'}: "
+                             f"{first!r}): is this the serving engine's URL?", url) from None
+
+
+async def get_text(session: aiohttp.ClientSession, url: str) -> HttpText:
+    """GET `url` and return its body.
+
+    Raises:
+        InvalidTargetURL: the URL cannot be requested.
+        TargetUnreachable: refused, DNS failure, timeout, or the connection dropped mid-answer.
+        HTTPStatusError: a non-2xx answer (the message says what a 401/403 needs).
+    """
+    return await _request(session, "GET", url)
+
+
+async def get_json(session: aiohttp.ClientSession, url: str) -> object:
+    """GET `url` and decode its JSON body.
+
+    Raises:
+        InvalidTargetURL, TargetUnreachable, HTTPStatusError: as `get_text`.
+        NotAnLLMServer: the body is not JSON (an HTML page, a proxy's error page, ...).
+    """
+    return _decode_json(await get_text(session, url), url)
+
+
+async def post_json(session: aiohttp.ClientSession, url: str, body: object) -> object:
+    """POST `body` as JSON to `url` and decode the JSON answer (the load driver: /tokenize and
+    other small JSON calls; streamed completions are read chunk by chunk in probes/load).
+
+    Raises:
+        InvalidTargetURL, TargetUnreachable, HTTPStatusError: as `get_text`.
+        NotAnLLMServer: the answer is not JSON.
+    """
+    return _decode_json(await _request(session, "POST", url, json_body=body), url)
