@@ -1,0 +1,231 @@
+"""The gate's judgement on hand-built runs: the bootstrap, each verdict, and the diagnosis rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from diagnose.gate import (
+    RunData,
+    Statistic,
+    bootstrap_change,
+    compare,
+    compare_diagnoses,
+    compare_metric,
+    statistic_of,
+)
+from diagnose.gate_rules import DiagnosisRules, GateRules, MetricRule
+from diagnose.tree import diagnose
+from tests.evidence_builders import build, sampled
+
+RULES = GateRules()
+
+
+def _lognormal(n: int, median: float, sigma: float, seed: int) -> list[float]:
+    return list(np.random.default_rng(seed).lognormal(np.log(median), sigma, n))
+
+
+def _outcome(base_values, cur_values, rule=MetricRule("latency.ttft_p50_s", "lower", 0.10), rules=RULES):
+    key = rule.key
+    base = build({key: sampled(base_values, "s") if isinstance(base_values, list) else base_values})
+    cur = build({key: sampled(cur_values, "s") if isinstance(cur_values, list) else cur_values})
+    return compare_metric(rule, base, cur, rules)
+
+
+def test_the_statistic_is_the_one_the_key_names():
+    assert statistic_of("latency.ttft_p99_s") == Statistic("p99", 99.0) and statistic_of("latency.ttft_p99_s").tail
+    assert statistic_of("kv.usage_p95").name == "p95"
+    assert statistic_of("decode.itl_p50_s") == Statistic("median", 50.0)
+    assert statistic_of("kv.usage_mean") == Statistic("mean", None)
+    assert statistic_of("throughput.generation_tokens_per_s").name == "median"
+    assert statistic_of("latency.ttft_p99_s", "median").name == "median"
+
+
+MEDIAN = Statistic("median", 50.0)
+
+
+def test_bootstrap_is_seeded_and_its_interval_covers_the_truth():
+    base, cur = _lognormal(200, 1.0, 0.3, 1), _lognormal(200, 1.2, 0.3, 2)
+    first = bootstrap_change(base, cur, MEDIAN, relative=True, seed=5)
+    assert first == bootstrap_change(base, cur, MEDIAN, relative=True, seed=5)
+    point, lo, hi = first
+    assert lo < point < hi and lo < 0.2 < hi  # the true change is +20%
+    _, lo0, hi0 = bootstrap_change(base, _lognormal(200, 1.0, 0.3, 3), MEDIAN, relative=True)
+    assert lo0 < 0 < hi0
+
+
+def test_large_samples_take_the_order_statistic_form_with_the_same_interval():
+    import diagnose.gate as gate
+
+    base, cur = np.array(_lognormal(6000, 1.0, 0.5, 1)), np.array(_lognormal(6000, 1.05, 0.5, 2))
+    for stat in (MEDIAN, Statistic("p95", 95.0)):
+        fast = bootstrap_change(base, cur, stat, relative=True, resamples=1000)
+        exact_max, gate.EXACT_BOOTSTRAP_MAX = gate.EXACT_BOOTSTRAP_MAX, 10**9
+        try:
+            exact = bootstrap_change(base, cur, stat, relative=True, resamples=1000)
+        finally:
+            gate.EXACT_BOOTSTRAP_MAX = exact_max
+        assert fast[0] == exact[0]
+        assert abs((fast[2] - fast[1]) - (exact[2] - exact[1])) < 0.25 * (exact[2] - exact[1]), (stat, fast, exact)
+
+
+def test_a_zero_baseline_gives_an_unbounded_relative_change_not_nan():
+    point, lo, hi = bootstrap_change([0.0] * 20, [1.0] * 20, MEDIAN, relative=True)
+    assert point == lo == hi == np.inf
+
+
+def test_a_clear_regression_fails():
+    o = _outcome(_lognormal(200, 0.10, 0.2, 1), _lognormal(200, 0.14, 0.2, 2))
+    assert o.verdict == "regression", o
+    assert o.interval[0] > 0.10 and "whole interval is worse" in o.detail
+    assert o.change.startswith("+") and "[" in o.change
+
+
+def test_the_same_configuration_passes():
+    o = _outcome(_lognormal(400, 0.10, 0.2, 1), _lognormal(400, 0.10, 0.2, 2))
+    assert o.verdict == "pass", o
+
+
+def test_a_noisy_pair_is_inconclusive_not_a_failure():
+    o = _outcome(_lognormal(12, 0.10, 0.9, 1), _lognormal(12, 0.11, 0.9, 2))
+    assert o.verdict == "inconclusive" and "straddles" in o.detail, o
+
+
+def test_a_clear_improvement_is_said():
+    o = _outcome(_lognormal(200, 0.10, 0.2, 1), _lognormal(200, 0.06, 0.2, 2))
+    assert o.verdict == "improvement"
+
+
+def test_higher_is_better_turns_the_direction_around():
+    rule = MetricRule("throughput.generation_tokens_per_s", "higher", 0.10)
+    assert _outcome(_lognormal(100, 900, 0.05, 1), _lognormal(100, 600, 0.05, 2), rule).verdict == "regression"
+    assert _outcome(_lognormal(100, 900, 0.05, 1), _lognormal(100, 1300, 0.05, 2), rule).verdict == "improvement"
+
+
+def test_absolute_tolerance_for_fractions():
+    rule = MetricRule("kv.usage_mean", "lower", tolerance_abs=0.05)
+    base = list(np.random.default_rng(1).uniform(0.40, 0.44, 60))
+    assert _outcome(base, [x + 0.02 for x in base], rule).verdict == "pass"
+    assert _outcome(base, [x + 0.20 for x in base], rule).verdict == "regression"
+
+
+def test_too_few_samples_are_inconclusive_and_tails_need_more():
+    assert "too few samples" in _outcome([0.1, 0.2, 0.1], [0.5, 0.6, 0.5]).detail
+    tail = MetricRule("latency.ttft_p99_s", "lower", 0.2)
+    o = _outcome(_lognormal(100, 0.1, 0.2, 1), _lognormal(100, 0.5, 0.2, 2), tail)
+    assert o.verdict == "inconclusive" and "needs 300" in o.detail
+    assert _outcome(_lognormal(400, 0.1, 0.2, 1), _lognormal(400, 0.5, 0.2, 2), tail).verdict == "regression"
+
+
+def test_values_without_samples_use_a_plain_tolerance_and_say_so():
+    o = _outcome(0.10, 0.13)
+    assert o.verdict == "regression" and "plain tolerance" in o.detail and o.change == "+30.0%"
+    assert _outcome(0.10, 0.105).verdict == "pass"
+
+
+def test_missing_measurements():
+    rule = MetricRule("latency.ttft_p50_s", "lower")
+    assert compare_metric(rule, build(), build(), RULES).verdict == "skipped"
+    o = compare_metric(rule, build(latency__ttft_p50_s=0.1), build(latency__ttft_p50_s=None), RULES)
+    assert o.verdict == "inconclusive" and "not measured in the current run: not measured in this test" in o.detail
+
+
+def test_a_zero_baseline_with_a_relative_tolerance_is_inconclusive():
+    assert "relative change is undefined" in _outcome(0.0, 0.2).detail
+
+
+# --- diagnosis rules ----------------------------------------------------------------------------
+SHARED = {"prefix.potential_fraction": 0.6, "engine.name": "vllm"}
+
+
+def test_a_newly_recommended_technique_and_a_changed_answer_are_regressions():
+    base = diagnose(build(SHARED, prefix__potential_fraction=0.02, config__prefix_caching=False))
+    cur = diagnose(build(SHARED, config__prefix_caching=False))
+    by_name = {o.name: o for o in compare_diagnoses(base, cur, RULES)}
+    assert by_name["answer:Q2"].verdict == "regression" and "no -> yes" in by_name["answer:Q2"].detail
+    assert by_name["technique:prefix-caching"].verdict == "regression"
+    assert by_name["technique:prefix-caching"].current == "recommended"
+    assert by_name["answer:Q5"].verdict == "pass"
+
+
+def test_a_new_pitfall_is_a_regression_and_a_gone_one_an_improvement():
+    clean = diagnose(build(SHARED, prefix__hit_rate=0.5, prefix__hit_rate_first_requests=0.0, config__prefix_caching=True))
+    warm = diagnose(build(SHARED, prefix__hit_rate=0.5, prefix__hit_rate_first_requests=0.6, config__prefix_caching=True))
+    forward = {o.name: o for o in compare_diagnoses(clean, warm, RULES)}
+    assert forward["pitfall:warm-cache-benchmark"].verdict == "regression"
+    assert "newly detected" in forward["pitfall:warm-cache-benchmark"].detail
+    backward = {o.name: o for o in compare_diagnoses(warm, clean, RULES)}
+    assert backward["pitfall:warm-cache-benchmark"].verdict == "improvement"
+    same = {o.name: o for o in compare_diagnoses(warm, warm, RULES)}
+    assert same["pitfall:warm-cache-benchmark"].verdict == "pass" and "not new" in same["pitfall:warm-cache-benchmark"].detail
+
+
+@pytest.mark.parametrize("setting,verdict", [("warning", "warning"), ("ignore", "pass"), ("inconclusive", "inconclusive")])
+def test_diagnosis_rules_are_configurable(setting, verdict):
+    base = diagnose(build(SHARED, prefix__potential_fraction=0.02, config__prefix_caching=False))
+    cur = diagnose(build(SHARED, config__prefix_caching=False))
+    rules = GateRules(diagnosis=DiagnosisRules(new_recommendation=setting, changed_answer=setting))
+    by_name = {o.name: o for o in compare_diagnoses(base, cur, rules)}
+    assert by_name["technique:prefix-caching"].verdict == verdict
+
+
+def test_an_answer_that_became_unknown_is_inconclusive_by_default():
+    base = diagnose(build(SHARED))
+    cur = diagnose(build(engine__name="vllm"))
+    o = {o.name: o for o in compare_diagnoses(base, cur, RULES)}["answer:Q2"]
+    assert (o.baseline, o.current, o.verdict) == ("yes", "unknown", "inconclusive")
+
+
+def test_compare_puts_it_together_and_picks_the_exit_code():
+    ev = build(SHARED, latency__ttft_p50_s=sampled(_lognormal(100, 0.1, 0.2, 1), "s"))
+    slow = build(SHARED, latency__ttft_p50_s=sampled(_lognormal(100, 0.2, 0.2, 2), "s"))
+    same = compare(RunData(ev, diagnose(ev), "a"), RunData(ev, diagnose(ev), "b"))
+    assert same.verdict == "pass" and same.exit_code() == 0
+    worse = compare(RunData(ev, diagnose(ev)), RunData(slow, diagnose(slow)))
+    assert worse.verdict == "regression" and worse.exit_code() == 1
+    assert worse.ordered()[0].name == "latency.ttft_p50_s"
+    noisy = build(SHARED, latency__ttft_p50_s=sampled(_lognormal(12, 0.1, 0.9, 3), "s"))
+    unsure = compare(RunData(ev, diagnose(ev)), RunData(noisy, diagnose(noisy)))
+    assert unsure.verdict == "inconclusive"
+    assert unsure.exit_code() == 0 and unsure.exit_code(fail_on_inconclusive=True) == 5
+
+
+def test_summaries_alone_are_compared_through_their_medians_intervals():
+    from probes.results import Measurement, Summary
+    from tests.evidence_builders import PROV
+
+    def hist(values):
+        s = Summary.from_samples(values)
+        return Measurement(s.median, "s", PROV, summary=s)  # no samples: as a histogram gives
+
+    rule = MetricRule("latency.ttft_p50_s", "lower", 0.10)
+    base = _lognormal(400, 0.10, 0.2, 1)
+    o = _outcome(hist(base), hist(_lognormal(400, 0.10, 0.2, 2)), rule)
+    assert o.verdict == "pass" and "medians' confidence intervals" in o.detail, o
+    assert _outcome(hist(base), hist(_lognormal(400, 0.2, 0.2, 2)), rule).verdict == "regression"
+    assert _outcome(hist(base[:20]), hist(_lognormal(20, 0.11, 0.6, 2)), rule).verdict == "inconclusive"
+    # A tail quantile has no interval in a summary: plain tolerance, said so.
+    tail = MetricRule("latency.ttft_p99_s", "lower", 0.20)
+    assert "plain tolerance" in _outcome(hist(base), hist(base), tail).detail
+
+
+def test_a_technique_that_was_in_place_and_is_not_any_more_is_a_regression():
+    on = diagnose(build({"prefix.hit_rate": 0.9, "prefix.queried_tokens": 5000.0, "config.prefix_caching": True,
+                         "engine.name": "vllm"}))
+    off = diagnose(build({"config.prefix_caching": False, "engine.name": "vllm"}))
+    assert on.recommendation("prefix-caching").status == "in-place"
+    o = {o.name: o for o in compare_diagnoses(on, off, RULES)}["technique:prefix-caching"]
+    assert o.verdict == "regression" and o.detail.startswith("in place before, now unknown")
+    back = {o.name: o for o in compare_diagnoses(off, on, RULES)}["technique:prefix-caching"]
+    assert back.verdict == "pass"
+
+
+def test_an_answer_that_flips_at_low_confidence_is_inconclusive():
+    # Q6 from the passive correlation alone is a weak answer (confidence 0.5 at most).
+    weak_yes = diagnose(build({"interference.prompt_itl_correlation": 0.7, "engine.name": "vllm"}))
+    weak_no = diagnose(build({"interference.prompt_itl_correlation": 0.1, "engine.name": "vllm"}))
+    assert weak_yes.answer("Q6").answer == "yes" and weak_yes.answer("Q6").confidence <= 0.5
+    o = {o.name: o for o in compare_diagnoses(weak_no, weak_yes, RULES)}["answer:Q6"]
+    assert o.verdict == "inconclusive" and "low confidence" in o.detail
+    strict = GateRules(diagnosis=DiagnosisRules(min_confidence=0.4))
+    assert {o.name: o for o in compare_diagnoses(weak_no, weak_yes, strict)}["answer:Q6"].verdict == "regression"
