@@ -28,6 +28,7 @@ from probes.http import InvalidTargetURL, ProbeHTTPError, make_session, normaliz
 from probes.metrics.passive import passive_evidence
 from probes.metrics.scraper import scrape_window
 from probes.metrics.window import ScrapeRecord, Window
+from probes.torch_probe.evidence import evidence_from_window as torch_probe_evidence
 from probes.results import Result
 
 __all__ = ["RunPlan", "RunResult", "run_target", "finish_run"]
@@ -41,6 +42,7 @@ class RunPlan:
     interval_s: float = 1.0
     thresholds: Thresholds = field(default_factory=Thresholds)
     extra_items: dict = field(default_factory=dict)  # declared facts
+    metrics_url: str | None = None  # default: URL/metrics; the PyTorch probe's side port, for instance
     trace: Path | None = None  # a trace of the workload, analysed with the server's block size
     trace_format: str = "auto"
     block_size: int | None = None
@@ -59,7 +61,7 @@ async def _collect(plan: RunPlan, on_sample: Callable[[ScrapeRecord, int], None]
                    active: Callable | None) -> tuple[dict[str, Result], str]:
     base = normalize_base_url(plan.url)
     async with make_session() as session:
-        found = await discovery.discover(base, session=session)
+        found = await discovery.discover(base, metrics_url=plan.metrics_url, session=session)
         scrape = scrape_window(found.metrics_url, plan.duration_s, interval_s=plan.interval_s,
                                run_dir=plan.out_dir, on_sample=on_sample, session=session)
         if active is None:
@@ -69,6 +71,7 @@ async def _collect(plan: RunPlan, on_sample: Callable[[ScrapeRecord, int], None]
             window, active_items = await asyncio.gather(scrape, active(base, found, plan.out_dir))
     items: dict[str, Result] = dict(found.facts)
     items.update(passive_evidence(window, found))
+    items.update(torch_probe_evidence(window))  # {} unless the page is the PyTorch probe's side port
     items.update(nvml.memory_evidence(engine=items))
     items.update(active_items)
     items.update(trace_items_for(items, plan.trace, plan.trace_format, block_size=plan.block_size,

@@ -113,8 +113,13 @@ def ask_q3(ev: Evidence, th: Thresholds) -> Answer:
     conc = r.num(Q.CONCURRENCY_MEAN)
     conc_key = Q.CONCURRENCY_MEAN
     if conc is None:
-        conc = r.num(Q.RUNNING_MEAN)
-        conc_key = Q.RUNNING_MEAN
+        # In flight = running + waiting: a static server runs one request at a time while
+        # the others wait, so its running batch alone would hide the concurrency.
+        running = r.num(Q.RUNNING_MEAN)
+        waiting = r.num(Q.WAITING_MEAN)
+        if running is not None:
+            conc = running + (waiting or 0.0)
+            conc_key = f"{Q.RUNNING_MEAN}+{Q.WAITING_MEAN}" if waiting is not None else Q.RUNNING_MEAN
     varied = None if cv is None else r.compare(Q.OUTPUT_LEN_CV, cv, ">=", "q3.min_output_cv")
     concurrent = None if conc is None else r.compare(conc_key, conc, ">=", "q3.min_concurrency")
     if slowdown is not None and r.compare(Q.SHORT_WAIT_FOR_LONG, slowdown, ">=", "q3.max_short_slowdown"):
@@ -123,9 +128,9 @@ def ask_q3(ev: Evidence, th: Thresholds) -> Answer:
     if varied is False or concurrent is False:
         why = (f"output lengths are similar (CV {cv:.2f})" if varied is False
                else f"requests rarely overlap (mean {conc:.1f} in flight)")
-        return _answer(r, "Q3", "no", 0.8 * r.quality(Q.OUTPUT_LEN_CV, conc_key), why)
+        return _answer(r, "Q3", "no", 0.8 * r.quality(Q.OUTPUT_LEN_CV, Q.CONCURRENCY_MEAN, Q.RUNNING_MEAN), why)
     if varied and concurrent:
-        return _answer(r, "Q3", "yes", 0.8 * r.quality(Q.OUTPUT_LEN_CV, conc_key),
+        return _answer(r, "Q3", "yes", 0.8 * r.quality(Q.OUTPUT_LEN_CV, Q.CONCURRENCY_MEAN, Q.RUNNING_MEAN),
                        f"output lengths vary (CV {cv:.2f}) and {conc:.1f} requests are in flight on average")
     return _answer(r, "Q3", "unknown", 0.0, "output-length spread or concurrency was not measured")
 

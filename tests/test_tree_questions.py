@@ -39,6 +39,8 @@ CASES = [
     ("Q3", {"outputs.length_cv": 0.4999, "load.concurrency_mean": 8.0}, "no", None),
     ("Q3", {"outputs.length_cv": 1.2, "load.concurrency_mean": 1.999}, "no", None),
     ("Q3", {"outputs.length_cv": 1.2, "batch.running_mean": 4.0}, "yes", None),  # running as a fallback
+    ("Q3", {"outputs.length_cv": 1.2, "batch.running_mean": 1.0, "queue.waiting_mean": 1.0}, "yes", None),
+    ("Q3", {"outputs.length_cv": 1.2, "batch.running_mean": 1.0, "queue.waiting_mean": 0.999}, "no", None),
     ("Q3", {"batching.short_request_slowdown": 2.0}, "yes", "short-waits-for-long"),
     ("Q3", {"batching.short_request_slowdown": 1.99, "outputs.length_cv": 0.1}, "no", None),
     ("Q3", {"outputs.length_cv": 1.2}, "unknown", None),

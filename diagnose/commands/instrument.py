@@ -13,7 +13,7 @@ from probes.torch_probe.launcher import exec_instrumented
 EXAMPLE = f"""example:
   llm-diagnose instrument -- transformers serve ./my-model --port 8000 --continuous-batching
   llm-diagnose instrument --port 9500 -- python server.py --workers 1
-  llm-diagnose run --metrics-url http://127.0.0.1:{DEFAULT_PORT}/metrics ...   (in another shell)
+  curl http://127.0.0.1:{DEFAULT_PORT}/metrics      (in another shell: the probe's page, llmd_torch:* series)
 
 The command runs in this process's place (exec), with the probe loaded at interpreter start-up
 through a sitecustomize on PYTHONPATH. Every transformers model loaded with from_pretrained is

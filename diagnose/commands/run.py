@@ -24,6 +24,9 @@ def register(sub) -> None:
         description="Scrape the server's /metrics over a window (passive: no inference request is sent), "
                     "discover its configuration, read GPU memory where a driver exists, and diagnose.")
     p.add_argument("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--metrics-url", metavar="URL",
+                   help="where the metrics are, when not at URL/metrics (e.g. the PyTorch probe's side port "
+                        "http://127.0.0.1:9478/metrics)")
     p.add_argument("--out", required=True, type=Path, help="run folder (raw samples are written as taken)")
     p.add_argument("--duration", type=float, default=30.0, metavar="SECONDS", help="observation window (default 30)")
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="scrape interval (default 1)")
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--interval ({args.interval:g} s) is longer than --duration ({args.duration:g} s)")
     plan = RunPlan(url=args.url, out_dir=args.out, duration_s=args.duration, interval_s=args.interval,
                    thresholds=load_thresholds(args.thresholds), extra_items=declared_facts(args),
-                   trace=args.trace, trace_format=args.trace_format, block_size=args.block_size,
+                   metrics_url=args.metrics_url, trace=args.trace, trace_format=args.trace_format, block_size=args.block_size,
                    kv_capacity_tokens=args.kv_capacity_tokens)
     planned = int(args.duration // args.interval) + 1
     if not args.quiet:

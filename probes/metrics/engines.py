@@ -232,6 +232,16 @@ ENGINE_METRICS: dict[str, dict[str, tuple[Candidate, ...]]] = {
         "block_size": (Sel("trtllm_kv_cache_tokens_per_block"),
                        Sel("nv_trt_llm_kv_cache_block_metrics", (("kv_cache_block_type", "tokens_per"),))),
     },
+    "pytorch": {  # llm-diagnose's in-process probe (probes.torch_probe): transformers serve, PyTorch servers
+        "running": (Sel("llmd_torch:running_requests"),),
+        "waiting": (Sel("llmd_torch:waiting_requests"),),
+        "kv_usage": (Sel("llmd_torch:kv_usage_fraction"),),
+        "kv_capacity_tokens": (Sel("llmd_torch:kv_capacity_tokens"),),
+        "requests_finished": (Sel("llmd_torch:requests_finished_total"),),
+        "output_length": (Sel("llmd_torch:request_generation_tokens"),),
+        "input_length": (Sel("llmd_torch:request_prompt_tokens"),),
+        "block_size": (Sel("llmd_torch:kv_block_size_tokens"),),
+    },
 }
 ENGINES = tuple(ENGINE_METRICS)
 
@@ -240,6 +250,7 @@ _PREFIXES: dict[str, tuple[str, ...]] = {
     "vllm": ("vllm:",),
     "sglang": ("sglang:",),
     "trtllm": ("trtllm_", "trtllm:", "nv_trt_llm_"),
+    "pytorch": ("llmd_torch:",),
 }
 # Process- and HTTP-level series an engine keeps even with its stats switched off; they
 # must not count as engine metrics.
@@ -333,5 +344,6 @@ def metrics_hint_for(engine: str | None) -> str:
         "sglang": "SGLang serves engine metrics only when started with --enable-metrics",
         "trtllm": ("trtllm-serve serves Prometheus text at /prometheus/metrics once perf metrics are on "
                    "(return_perf_metrics); the Triton backend serves it on port 8002"),
+        "pytorch": "start the server under `llm-diagnose instrument -- CMD ...` (metrics on side port 9478)",
     }.get(engine or "", "vLLM: do not pass --disable-log-stats; SGLang: pass --enable-metrics; "
                         "TensorRT-LLM: enable perf metrics and use /prometheus/metrics")

@@ -1,0 +1,83 @@
+"""Roofline arithmetic (exact), the static-cache step setup (correct), and a small CPU grid (shape)."""
+
+from __future__ import annotations
+
+import pytest
+
+from diagnose.evidence import Evidence, Target
+from probes import quantities as Q
+from probes.microbench import Ceilings, Grid, ModelCosts, roofline_floor, run_microbench
+from probes.microbench.steps import StepBench, build_causal_lm
+
+# A Llama-3-8B-like shape on H200 datasheet ceilings (4.8 TB/s, 989 dense bf16 TFLOP/s).
+LLAMA8B = ModelCosts(layers=32, heads=32, kv_heads=8, head_dim=128, linear_params_per_token=6_979_321_856,
+                     lm_head_params=525_336_576, weight_bytes=2 * (6_979_321_856 + 525_336_576), kv_dtype_bytes=2)
+H200 = Ceilings(memcpy_bytes_per_s=4.8e12, matmul_flops_per_s=989e12, source="datasheet")
+
+
+def test_decode_is_memory_bound_and_long_prefill_compute_bound() -> None:
+    b1 = roofline_floor(LLAMA8B.decode_step(1, 1024), H200)
+    assert b1.bound == "memory"
+    kv = 1025 * 32 * 2 * 8 * 128 * 2  # tokens x layers x (K,V) x kv heads x head_dim x bytes
+    assert b1.memory_s == pytest.approx((LLAMA8B.weight_bytes + kv) / 4.8e12)
+    assert 2.9e-3 < b1.seconds < 3.3e-3  # ~15 GB of weights at 4.8 TB/s
+    assert roofline_floor(LLAMA8B.prefill(2048), H200).bound == "compute"
+    # Batching amortizes the weights: 64 decodes cost far less than 64 single steps.
+    assert roofline_floor(LLAMA8B.decode_step(64, 1024), H200).seconds < 3 * b1.seconds
+
+
+def test_costs_are_counted_from_the_model_modules() -> None:
+    costs = ModelCosts.from_model(build_causal_lm("tiny"))
+    per_layer = 4 * 128 * 128 + 3 * 128 * 352  # q, k, v, o and the SwiGLU MLP of the tiny shape
+    assert costs.linear_params_per_token == 2 * per_layer and costs.lm_head_params == 4096 * 128
+    assert costs.weight_bytes == 2 * (2 * per_layer + 4096 * 128)  # bf16
+    assert costs.kv_bytes_per_token == 2 * 2 * 4 * 32 * 2
+
+
+def test_rewound_static_cache_decode_matches_a_dynamic_cache_decode() -> None:
+    import torch
+    from transformers import DynamicCache, StaticCache
+
+    model = build_causal_lm("tiny")
+    bench = StepBench(model, budget_s=0.01)
+    ids, nxt = bench._tokens(2, 10), bench._tokens(2, 1)
+    with torch.inference_mode():
+        dynamic = DynamicCache(config=model.config)
+        model(input_ids=ids, past_key_values=dynamic, use_cache=True)
+        expected = model(input_ids=nxt, past_key_values=dynamic, use_cache=True).logits
+        static = StaticCache(config=model.config, max_cache_len=11)
+        model(input_ids=ids, position_ids=torch.arange(10).expand(2, 10), past_key_values=static, use_cache=True)
+        for _ in range(3):  # every repetition is the same step, not the next one
+            bench._rewind(static, 10)
+            got = model(input_ids=nxt, position_ids=torch.full((2, 1), 10), past_key_values=static,
+                        use_cache=True).logits
+            torch.testing.assert_close(got, expected)
+
+
+def test_small_grid_on_cpu_gives_latencies_floors_and_evidence() -> None:
+    report = run_microbench(build_causal_lm("tiny"), Grid(batches=(1, 4), contexts=(32,), prompts=(64,),
+                                                          mixed_decodes=4, mixed_chunk=32), budget_s=0.05)
+    items = report.evidence_items()
+    for key in (Q.decode_step_latency_key(1), Q.decode_floor_key(4), Q.decode_bound_key(1), Q.prefill_latency_key(64),
+                Q.MEMCPY_BYTES_PER_S, Q.MATMUL_FLOPS_PER_S, Q.MIXED_STEP_RATIO):
+        assert key in items, key
+    for step in report.steps:
+        assert step.floor is not None and 0 < step.floor.seconds < step.latency.value  # a floor is below the step
+    assert items[Q.MEMCPY_BYTES_PER_S].unit == "bytes/s" and items[Q.MEMCPY_BYTES_PER_S].value > 1e8
+    assert items[Q.decode_step_latency_key(1)].provenance.method == "cpu-timer"
+    assert "| decode | 4 | 32 |" in report.table()
+    ev = Evidence(Target(label="microbench"), items)
+    assert Evidence.from_json(ev.to_json()) == ev
+
+
+def test_microbench_command_writes_evidence(tmp_path) -> None:
+    from diagnose.cli import _Parser
+    from diagnose.commands import microbench
+
+    parser = _Parser(prog="llm-diagnose")
+    microbench.register(parser.add_subparsers(dest="command", parser_class=_Parser))
+    args = parser.parse_args(["microbench", "--batch", "2", "--context", "16", "--prompt", "16", "--budget", "0.02",
+                              "--out", str(tmp_path)])
+    assert args.func(args) == 0
+    ev = Evidence.from_json((tmp_path / "evidence.json").read_text())
+    assert ev.measurement(Q.decode_step_latency_key(2)) is not None and ev.fact(Q.decode_bound_key(2)) == "memory"
