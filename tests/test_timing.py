@@ -21,6 +21,7 @@ import pytest
 
 from probes.timing import (CpuTimer, CudaGraphTimer, EagerCudaTimer, TimerUnavailable, cuda_status, is_active,
                            select_timer)
+from probes.timing.core import busy_wait
 from probes.timing.cuda_graph import MIN_REPLAY_S
 
 
@@ -72,14 +73,7 @@ def test_spread_warning_fires_on_a_noisy_workload_only() -> None:
     assert not _timer(clock).measure(clock.work(200_000), budget_s=0.2).warnings
 
 
-def _spin(seconds: float):
-    ns = int(seconds * 1e9)
-
-    def fn() -> None:
-        end = time.perf_counter_ns() + ns
-        while time.perf_counter_ns() < end:
-            pass
-    return fn
+_spin = busy_wait  # the known workload lives beside the timers
 
 
 def test_known_cpu_workload_within_tolerance_and_budget_on_the_real_clock() -> None:

@@ -136,6 +136,21 @@ class TorchCudaBackend:
         return cuda_status()[1]
 
 
+def _side_stream(backend: Any, what: str) -> tuple[CudaBackend, Any, float]:
+    """The backend (torch.cuda unless injected), a fresh non-default stream, and the start time.
+
+    Raises TimerUnavailable, with the reason, where CUDA cannot run.
+    """
+    be = backend if backend is not None else TorchCudaBackend()
+    ok, why_not = be.status()
+    if not ok:
+        raise TimerUnavailable(f"the {what} cannot run: {why_not}")
+    begin = time.perf_counter()
+    stream = be.new_stream()
+    be.synchronize()  # inputs made on the default stream must be ready before the side stream reads them
+    return be, stream, begin
+
+
 @dataclass(frozen=True)
 class EagerCudaTimer:
     """One event pair per call, L2 flushed before each (triton's `do_bench`).
@@ -151,18 +166,9 @@ class EagerCudaTimer:
     max_samples: int = MAX_SAMPLES
     name: str = "cuda-eager"
 
-    def _be(self) -> CudaBackend:
-        return self.backend if self.backend is not None else TorchCudaBackend()
-
     def measure(self, fn: Callable[[], object], *, budget_s: float = DEFAULT_BUDGET_S,
                 label: str = "") -> Measurement:
-        be = self._be()
-        ok, why_not = be.status()
-        if not ok:
-            raise TimerUnavailable(f"the CUDA timer cannot run: {why_not}")
-        begin = time.perf_counter()
-        stream = be.new_stream()
-        be.synchronize()  # inputs made on the default stream must be ready before the side stream reads them
+        be, stream, begin = _side_stream(self.backend, "CUDA timer")
         with be.stream(stream):
             if self.flush_l2:
                 be.flush_l2()  # allocate the flush buffer before anything is timed
@@ -217,18 +223,9 @@ class CudaGraphTimer:
         if self.l2 not in ("warm", "cold"):
             raise ValueError(f"l2 must be 'warm' or 'cold', not {self.l2!r}")
 
-    def _be(self) -> CudaBackend:
-        return self.backend if self.backend is not None else TorchCudaBackend()
-
     def measure(self, fn: Callable[[], object], *, budget_s: float = DEFAULT_BUDGET_S,
                 label: str = "") -> Measurement:
-        be = self._be()
-        ok, why_not = be.status()
-        if not ok:
-            raise TimerUnavailable(f"the CUDA-graph timer cannot run: {why_not}")
-        begin = time.perf_counter()
-        stream = be.new_stream()
-        be.synchronize()  # inputs made on the default stream must be ready before the side stream reads them
+        be, stream, begin = _side_stream(self.backend, "CUDA-graph timer")
         cold = self.l2 == "cold"
 
         def call() -> None:
