@@ -72,3 +72,21 @@ def test_run_passively_reads_a_real_server(vllm_server, tmp_path, capsys):
     assert evidence.fact("workload.interactive") is True
     assert len((out / "metrics.jsonl").read_text().splitlines()) >= 4
     assert not (out / "requests.jsonl").exists(), "passive mode sends no request"
+
+
+@pytest.mark.real_engine
+def test_run_active_says_what_it_sends_and_keeps_to_the_budget(vllm_server, tmp_path, capsys):
+    out = tmp_path / "active"
+    code = main(["run", "--url", vllm_server.url, "--duration", "2", "--interval", "0.5", "--out", str(out),
+                 "--quiet", "--active", "--budget-requests", "40", "--budget-seconds", "25",
+                 "--experiments", "decode,prefix"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    assert "--active will send" in stderr
+    assert stderr.index("--active will send") < len(stderr)  # printed before the run's output
+    sent = (out / "requests.jsonl").read_text().splitlines()
+    assert 0 < len(sent) <= 40, "the request budget is a hard bound"
+    evidence = Evidence.from_json((out / "evidence.json").read_text())
+    itl = evidence.measurement("decode.itl_p50_s")
+    assert itl is not None and itl.provenance.method.startswith("active"), itl
+    assert itl.summary is not None and itl.summary.n > 10, "an active latency carries its samples"
