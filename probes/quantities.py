@@ -178,7 +178,7 @@ ALLOCATOR_FRAGMENTATION = _q("memory.allocator_fragmentation", "fraction", "rese
 # probes.experiments: a streaming client sends known requests; ITL_P50/ITL_P99 (batch 1),
 # ITL_INFLATION and SHORT_WAIT_FOR_LONG above are also produced there.
 DECODE_ITL_AT_CONCURRENCY = _q("decode.itl_p50_at_max_concurrency_s", "s", "median inter-token gap with the most concurrent streams the decode experiment ran (count in the note)")
-DECODE_ITL_GROWTH = _q("decode.itl_growth_with_concurrency", "ratio", "median inter-token gap at the highest tested concurrency / at batch 1 (active)")
+DECODE_ITL_GROWTH = _q("decode.itl_growth_with_concurrency", "ratio", "mean inter-token gap at the highest tested concurrency / at batch 1 (active; means, since bursty delivery drives medians to 0)")
 DECODE_SERVER_ITL_MEAN = _q("decode.server_itl_mean_s", "s", "the engine's own mean inter-token latency over the batch-1 decode phase (histogram delta)")
 DECODE_CLIENT_SERVER_ITL_RATIO = _q("decode.client_server_itl_ratio", "ratio", "client-measured mean gap / the engine's mean ITL over the same requests (1: they agree)")
 INTERFERENCE_BASELINE_ITL_P50 = _q("interference.itl_baseline_p50_s", "s", "median gap of steady decode streams with no prefill running (active)")
