@@ -90,3 +90,20 @@ def test_run_active_says_what_it_sends_and_keeps_to_the_budget(vllm_server, tmp_
     itl = evidence.measurement("decode.itl_p50_s")
     assert itl is not None and itl.provenance.method.startswith("active"), itl
     assert itl.summary is not None and itl.summary.n > 10, "an active latency carries its samples"
+    _wait_idle(vllm_server.url)  # the server is shared: leave it with no request still in flight
+
+
+def _wait_idle(url: str, timeout_s: float = 30.0) -> None:
+    import time
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+        busy = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
+        if busy == 0:
+            return
+        time.sleep(0.2)

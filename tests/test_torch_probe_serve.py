@@ -44,14 +44,17 @@ from probes.torch_probe.metrics import FORWARD_SECONDS
 
 pytestmark = pytest.mark.real_engine
 
-SHORT, LONG = 8, 96  # output tokens
+# Output tokens. The long requests must still be running when the short ones arrive (0.1 s
+# after them): the tiny model makes about 500 tokens/s on an idle machine.
+SHORT, LONG = 8, 160
 PROMPT = "the quick brown fox jumps over the lazy dog"
-# On this shared 2-core machine the server's HTTP loop and its batching thread contend for the
-# CPU (and the GIL), which alone stretches a short request beside long ones to 0.7-2.1x its
-# time alone even under continuous batching (measured over repeated runs); static batching
-# gives 25-35x. The default limit (2.0, for GPU servers whose steps barely slow with the batch)
-# sits inside that noise, so these tests use 4.0, a documented override like any user's.
-THRESHOLDS = Thresholds.from_mapping({"q3.max_short_slowdown": 4.0}, source="tests/test_torch_probe_serve.py")
+# On this 2-core machine the server's HTTP loop and its batching thread contend for the CPU
+# (and the GIL), which alone stretches a short request beside long ones to 0.7-5x its time
+# alone even under continuous batching (measured over repeated runs, with 160-token long
+# requests); static batching gives 30-40x. The default limit (2.0, for GPU servers whose steps
+# barely slow with the batch) sits inside that noise, so these tests use 10, a documented
+# override like any user's, between the two measured ranges.
+THRESHOLDS = Thresholds.from_mapping({"q3.max_short_slowdown": 10.0}, source="tests/test_torch_probe_serve.py")
 
 
 class InstrumentedTransformersServer(TransformersServer):
@@ -78,7 +81,9 @@ def _free_port() -> int:
 
 def _complete(server: TransformersServer, max_tokens: int) -> float:
     body = {"model": server.model_name, "prompt": PROMPT, "max_tokens": max_tokens, "stream": False,
-            "generation_config": json.dumps({"max_new_tokens": max_tokens, "do_sample": False,
+            # min_new_tokens: random weights may emit EOS at any step (the server rejects ignore_eos)
+            "generation_config": json.dumps({"max_new_tokens": max_tokens, "min_new_tokens": max_tokens,
+                                             "do_sample": False,
                                              "cache_implementation": "static"})}
     req = urllib.request.Request(server.url + "/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -115,7 +120,7 @@ def _drive(server: InstrumentedTransformersServer) -> tuple[Window, str, Measure
     longs = [threading.Thread(target=_complete, args=(server, LONG)) for _ in range(3)]
     for t in longs:
         t.start()
-    time.sleep(0.5)  # the long requests are running (continuous) or queued behind each other (static)
+    time.sleep(0.1)  # the long requests are running (continuous) or queued behind each other (static)
     beside: list[float] = []
     shorts = [threading.Thread(target=lambda: beside.append(_complete(server, SHORT))) for _ in range(2)]
     for t in shorts:
