@@ -123,6 +123,12 @@ def test_a_mooncake_trace_replays_with_the_prefixes_its_hash_ids_share(small_vll
 @real
 def test_injected_long_prefills_show_interference_that_the_tree_reports(small_vllm, tmp_path):
     results = _active(small_vllm, tmp_path, ("interference",))
+    if not isinstance(results[Q.ITL_INFLATION], Measurement):
+        # On the shared 2-core host the client can be descheduled for seconds (seen in full-suite
+        # runs: all injections then fire at once after the phase is over). The experiment then
+        # says "not measured", honestly; one more try on a fresh folder tells a stall from a bug.
+        tmp_path = tmp_path / "second-try"
+        results = _active(small_vllm, tmp_path, ("interference",))
     inflation = results[Q.ITL_INFLATION]
     assert isinstance(inflation, Measurement), inflation
     assert inflation.value >= 1.5 and inflation.summary is not None and inflation.summary.ci_low > 1.0, \
