@@ -15,7 +15,7 @@ from diagnose.reading import Reading
 from diagnose.thresholds import Thresholds
 from probes import quantities as Q
 
-__all__ = ["WEIGHT_ONLY_METHODS", "check_all"]
+__all__ = ["WEIGHT_ONLY_METHODS", "QUANTIZED_KV_PREFIXES", "check_all"]
 
 # Weight-only quantization methods (activations stay 16-bit, weights are dequantized per GEMM).
 # FP8 in vLLM (`--quantization fp8`) quantizes activations too and is not in this set.
@@ -23,7 +23,7 @@ WEIGHT_ONLY_METHODS = frozenset({
     "awq", "awq_marlin", "gptq", "gptq_marlin", "marlin", "bitsandbytes", "gguf", "hqq", "aqlm",
     "exl2", "w4a16", "w8a16", "int4_awq", "int8_wo", "int4_wo", "quark_w4a16",
 })
-_QUANTIZED_KV_PREFIXES = ("fp8", "int8", "int4", "nvfp4")
+QUANTIZED_KV_PREFIXES = ("fp8", "int8", "int4", "nvfp4")  # KV-cache dtypes that are quantized
 
 TITLES = {
     "dynamic-prefix": "Dynamic content at the front of the prompt defeats the prefix cache",
@@ -148,7 +148,7 @@ def weight_only_quantization(ev: Evidence, th: Thresholds, answers: Mapping[str,
     kv_bound = answers["Q1"].verdict == "kv-bound"
     running = r.num(Q.RUNNING_MEAN)
     big_batch = running is not None and r.compare(Q.RUNNING_MEAN, running, ">=", "q1.large_batch")
-    kv_unquantized = not kv_dtype.startswith(_QUANTIZED_KV_PREFIXES)
+    kv_unquantized = not kv_dtype.startswith(QUANTIZED_KV_PREFIXES)
     reasons = []
     if kv_bound and kv_unquantized:
         reasons.append(f"the KV cache ({kv_dtype}) is still full: weight-only {method} freed too little of it")

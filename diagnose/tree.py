@@ -20,15 +20,13 @@ from typing import Mapping
 
 from diagnose.diagnosis import Answer, Diagnosis, PitfallCheck, Recommendation, Step
 from diagnose.evidence import Evidence
-from diagnose.pitfalls import check_all
+from diagnose.pitfalls import QUANTIZED_KV_PREFIXES, check_all
 from diagnose.questions import ask_all
 from diagnose.techniques import CATALOGUE
 from diagnose.thresholds import Thresholds
 from probes import quantities as Q
 
 __all__ = ["diagnose"]
-
-_QUANTIZED_KV = ("fp8", "int8", "int4", "nvfp4")
 
 
 class _Branches:
@@ -47,7 +45,8 @@ class _Branches:
         self.steps.append(Step(node, {True: "yes", False: "no", None: "unknown"}[outcome], note))
 
     def on(self, key: str) -> bool | None:
-        return self.ev.fact(key) if isinstance(self.ev.fact(key), bool) else None
+        value = self.ev.fact(key)
+        return value if isinstance(value, bool) else None
 
     def detected(self, pitfall: str) -> bool:
         return bool(self.pitfalls[pitfall].detected)
@@ -88,7 +87,7 @@ def _q1(b: _Branches) -> None:
     quant = b.ev.fact(Q.WEIGHT_QUANTIZATION)
     kv_dtype = str(b.ev.fact(Q.KV_CACHE_DTYPE) or "")
     weights_quantized = None if quant is None else str(quant).lower() not in ("none", "")
-    kv_quantized = kv_dtype.lower().startswith(_QUANTIZED_KV) if kv_dtype else None
+    kv_quantized = kv_dtype.lower().startswith(QUANTIZED_KV_PREFIXES) if kv_dtype else None
     if a.verdict == "does-not-fit":
         b.step("Q1.fits-one-device", False, a.rationale)
         b.add("parallelism", "recommended", "Q1", "the weights do not fit one device: split them across devices")
