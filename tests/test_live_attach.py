@@ -506,11 +506,13 @@ class TestRealVllm:
         ev = passive_evidence(w)
         assert ev["kv.capacity_tokens"].value == 16 * 128
         assert ev["kv.preemptions"].value >= 1
-        # Near 1 while requests wait. Asserted on the readings, not on p95: on 2 shared cores the
-        # busy CPU engine starves every other process (a 50 ms sleep measured 4 s late), so a
-        # window of a few seconds holds only a handful of scrapes, idle ones included.
+        # Full while requests wait. "Full" is block-granular: 15 usable blocks (one is vLLM's null
+        # block), and a waiting ~580-token prompt needs 5 of them, so the cache refuses it from
+        # 11/15 used on (CI read 11/15 and 12/15 under load, never idle in between). Asserted on
+        # the readings, not on p95: on 2 shared cores the busy CPU engine starves every other
+        # process (a 50 ms sleep measured 4 s late), so a window holds only a handful of scrapes.
         usage = ev["kv.usage_p95"].samples
-        assert max(usage) >= 0.9 and ev["kv.usage_p95"].value >= ev["kv.usage_mean"].value
+        assert max(usage) >= 11 / 15 - 1e-9 and ev["kv.usage_p95"].value >= ev["kv.usage_mean"].value
         assert max(ev["queue.waiting_mean"].samples) > 0
         assert isinstance(ev["batch.running_cap_estimate"], NotMeasured)  # KV-bound, not capped
         assert (tmp_path / "metrics.jsonl").read_text().count("\n") == len(w.records)

@@ -438,6 +438,29 @@ def test_the_deadline_cuts_open_streams(fake):
     assert "deadline" in record.fault_detail
 
 
+def test_on_sent_sees_the_real_send_time_after_a_wait_for_the_budget(fake):
+    # The fake server is enough here: what is tested is the client's own clock, not the engine.
+    async def go():
+        runner, url = await _start(fake)
+        try:
+            async with StreamingClient(url, "fake") as client:
+                driver = Driver(client, BudgetGuard(ActiveBudget(10, 5, max_rps=5)))
+                seen: dict[str, float] = {}
+                due = time.perf_counter()
+                records = await asyncio.gather(*(
+                    driver.send(RequestSpec(f"r{i}", "ok:2", 2), on_sent=lambda t, i=i: seen.__setitem__(f"r{i}", t))
+                    for i in range(3)))
+                plain = await driver.send(RequestSpec("no-hook", "ok:2", 2))
+                return due, seen, records, plain, driver._on_sent
+        finally:
+            await runner.cleanup()
+
+    due, seen, records, plain, hooks = run(go())
+    assert {r.request_id: r.t_send for r in records} == seen  # exactly the record's send time
+    assert max(seen.values()) - due >= 0.39  # the third waited two 1/5 s slots for the rate limit
+    assert plain.fault is None and hooks == {}  # no hook left behind
+
+
 def test_arrival_processes():
     poisson = arrival_offsets(PoissonArrivals(10.0, seed=1), 2000)
     gaps = [b - a for a, b in zip(poisson, poisson[1:])]

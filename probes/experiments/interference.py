@@ -70,13 +70,20 @@ async def run_interference(ctx: ExperimentContext, plan: InterferencePlan, deadl
         delay = at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        ctx.events.event("prefill-injected", experiment="interference", request_id=spec.request_id,
-                         prompt_tokens=n_tokens)
+        sent: list[float] = []
+
+        def injected(t_send: float) -> None:  # written when the request leaves, not when it was due
+            sent.append(t_send)
+            ctx.events.event("prefill-injected", experiment="interference", request_id=spec.request_id,
+                             prompt_tokens=n_tokens, t_send=round(t_send, 7))
+
         try:
-            record = await driver.send(spec)
+            record = await driver.send(spec, on_sent=injected)
         except asyncio.CancelledError:
             # Still prefilling when the phase ended: on file as such (its record says stopped-by-client).
-            ctx.events.event("prefill-stopped", experiment="interference", request_id=spec.request_id)
+            # One cancelled while it waited for the budget was never sent, and has no event.
+            if sent:
+                ctx.events.event("prefill-stopped", experiment="interference", request_id=spec.request_id)
             raise
         if record is not None:
             ctx.events.event("prefill-done", experiment="interference", request_id=spec.request_id,

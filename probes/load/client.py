@@ -11,7 +11,8 @@ errors). The hot path is kept short because the client must not be what it measu
   can report its own overhead (`handling_s`), and HealthWindow watches the event loop.
 
 Every request produces exactly one RequestRecord, whether it completed, failed, timed out or
-was cancelled by the driver; `on_record` sees it as soon as it exists (requests.jsonl).
+was cancelled by the driver; `on_record` sees it as soon as it exists (requests.jsonl), and
+`on_send` sees the moment each attempt is handed to the connection (the record's `t_send`).
 """
 
 from __future__ import annotations
@@ -121,13 +122,15 @@ class StreamingClient:
 
     def __init__(self, base_url: str, model: str, *, max_streams: int = DEFAULT_MAX_STREAMS,
                  timeouts: StreamTimeouts = StreamTimeouts(), api_key: str | None = "env",
-                 on_record: Callable[[RequestRecord], None] | None = None, keep_text: bool = False) -> None:
+                 on_record: Callable[[RequestRecord], None] | None = None, keep_text: bool = False,
+                 on_send: Callable[[RequestSpec, float], None] | None = None) -> None:
         self.base_url = normalize_base_url(base_url)
         self.source = redact_url(self.base_url)
         self.model = model
         self.max_streams = max_streams
         self.timeouts = timeouts
         self.on_record = on_record
+        self.on_send = on_send
         self.keep_text = keep_text  # benchmarks only: the text is never written to requests.jsonl
         self._api_key = api_key
         self._secret: str | None = None  # the key itself, only to scrub it from text a server sends back
@@ -241,6 +244,8 @@ class StreamingClient:
         t_wall = time.time()
         t0 = stream.last_read = clock()
         self._streams[task] = stream  # type: ignore[index]
+        if self.on_send is not None:
+            self.on_send(spec, t0)
         try:
             async with self.session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout) as resp:
                 status = resp.status

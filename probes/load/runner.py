@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from probes.load.budget import BudgetGuard
 from probes.load.client import StreamingClient
@@ -39,7 +39,14 @@ class Driver:
         self.server_gone: str | None = None
         self._streak = 0
         self._tasks: set[asyncio.Task] = set()
+        self._on_sent: dict[str, Callable[[float], None]] = {}
         client.on_record = self._on_record
+        client.on_send = self._on_send
+
+    def _on_send(self, spec: RequestSpec, t_send: float) -> None:
+        hook = self._on_sent.get(spec.request_id)
+        if hook is not None:
+            hook(t_send)
 
     def _on_record(self, record: RequestRecord) -> None:
         self.records.append(record)
@@ -55,8 +62,13 @@ class Driver:
             self._streak = 0
 
     # --- sending ----------------------------------------------------------------------------
-    async def send(self, spec: RequestSpec, *, at: float | None = None) -> RequestRecord | None:
-        """Send `spec` at perf_counter time `at` (now if None); None when the budget refuses it."""
+    async def send(self, spec: RequestSpec, *, at: float | None = None,
+                   on_sent: Callable[[float], None] | None = None) -> RequestRecord | None:
+        """Send `spec` at perf_counter time `at` (now if None); None when the budget refuses it.
+
+        `on_sent(t_send)` runs when the request is handed to the connection, after any wait for
+        the budget's rate or concurrency, so an event written there carries the real send time.
+        """
         if at is not None:
             if at >= self.guard.deadline:
                 self.not_sent += 1
@@ -67,7 +79,13 @@ class Driver:
         if not await self.guard.admit():
             self.not_sent += 1
             return None
-        return await self.client.send(spec, deadline=self.guard.deadline)
+        if on_sent is None:
+            return await self.client.send(spec, deadline=self.guard.deadline)
+        self._on_sent[spec.request_id] = on_sent
+        try:
+            return await self.client.send(spec, deadline=self.guard.deadline)
+        finally:
+            self._on_sent.pop(spec.request_id, None)
 
     def start(self, spec: RequestSpec, *, at: float | None = None) -> asyncio.Task:
         """`send` as a task the driver tracks (stop_all cancels it)."""
