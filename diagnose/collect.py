@@ -20,6 +20,7 @@ from diagnose.errors import TargetError, UsageError
 from diagnose.evidence import Evidence, Target
 from diagnose.report import console
 from diagnose.runfolder import DIAGNOSIS, EVIDENCE, SUMMARY, write_atomic
+from diagnose.slo import SLO
 from diagnose.thresholds import Thresholds
 from diagnose.tree import diagnose
 from probes import discovery, nvml
@@ -47,6 +48,7 @@ class RunPlan:
     trace_format: str = "auto"
     block_size: int | None = None
     kv_capacity_tokens: int | None = None
+    slo: SLO = field(default_factory=SLO)  # the service-level objectives the diagnosis is judged against
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ def finish_run(plan: RunPlan, items: dict[str, Result], partial: str = "") -> Ru
     """Diagnose what was collected and write evidence, diagnosis and summary."""
     evidence = Evidence(Target(url=redact_url(plan.url), label=plan.out_dir.name), items)
     evidence = evidence.with_items(plan.extra_items)
-    diagnosis = diagnose(evidence, plan.thresholds)
+    diagnosis = diagnose(evidence, plan.thresholds, slo=plan.slo)
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     write_atomic(plan.out_dir / EVIDENCE, evidence.to_json())
     write_atomic(plan.out_dir / DIAGNOSIS, diagnosis.to_json())

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, fields
 from typing import Literal, Mapping
 
+from diagnose.slo import SLO, ObjectiveCheck
+
 __all__ = [
     "QUESTIONS",
     "TECHNIQUES",
@@ -203,6 +205,8 @@ class Diagnosis:
     thresholds: tuple[tuple[str, float], ...]
     evidence_digest: str  # sha256 of the evidence JSON this was computed from
     target: str = ""
+    slo: SLO = SLO()  # what the latency answers were judged against (undeclared: the fixed thresholds)
+    slo_checks: tuple[ObjectiveCheck, ...] = ()  # each objective, met or broken where the evidence shows it
 
     def answer(self, question: str) -> Answer:
         return next(a for a in self.answers if a.question == question)
@@ -245,6 +249,7 @@ class Diagnosis:
             "pitfalls": [p.to_dict() for p in self.pitfalls],
             "not_measured": [m.to_dict() for m in self.not_measured],
             "thresholds": dict(self.thresholds),
+            "slo": {**self.slo.to_dict(), "checks": [c.to_dict() for c in self.slo_checks]},
             "evidence_digest": self.evidence_digest,
         }
 
@@ -265,6 +270,9 @@ class Diagnosis:
                 pitfalls=_tuple_of(PitfallCheck, d["pitfalls"]),
                 thresholds=tuple((str(k), float(v)) for k, v in d["thresholds"].items()),
                 evidence_digest=str(d["evidence_digest"]), target=str(d.get("target", "")),
+                # Older diagnoses have no "slo": they were judged against the fixed thresholds.
+                slo=SLO.from_dict(d["slo"]) if d.get("slo") else SLO(),
+                slo_checks=_tuple_of(ObjectiveCheck, (d.get("slo") or {}).get("checks", ())),
             )
         except KeyError as exc:
             raise ValueError(f"diagnosis is missing the field {exc.args[0]!r}") from None

@@ -3,19 +3,29 @@
 `ask_qN(evidence, thresholds) -> Answer`. "yes" and "no" mean what the question asks,
 literally; which answer calls for a technique is decided in `diagnose.tree`. A question
 without the evidence it needs answers "unknown" and lists what is missing and how to get it.
+
+Q5, Q6 and OB also take the declared service-level objectives (`slo=`, `diagnose.slo.SLO`;
+undeclared by default). Q5 asks whether decode latency breaks the ITL objective, and falls
+back to the fixed q5.max_itl_* thresholds only when no ITL objective is declared; Q6 says in
+its rationale whether the ITL or TTFT objective breaks; OB reads whether anyone waits from the
+SLO first (it carries --interactive/--offline when given), then from the evidence's
+`workload.interactive` fact.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from diagnose.diagnosis import Answer
+from diagnose.diagnosis import Answer, Comparison
 from diagnose.evidence import Evidence
 from diagnose.reading import Reading
+from diagnose.slo import SLO, ObjectiveCheck
 from diagnose.thresholds import Thresholds
 from probes import quantities as Q
 
-__all__ = ["QUESTION_TITLES", "ASK", "ask_all"]
+__all__ = ["QUESTION_TITLES", "ASK", "SLO_QUESTIONS", "ask_all", "workload_interactive"]
+
+UNDECLARED = SLO()
 
 QUESTION_TITLES = {
     "Q1": "Does the model fit the hardware with room to spare?",
@@ -150,30 +160,126 @@ def ask_q4(ev: Evidence, th: Thresholds) -> Answer:
     return _answer(r, "Q4", "unknown", 0.0, "KV allocation (paged or reserved per request) was not observed")
 
 
-def ask_q5(ev: Evidence, th: Thresholds) -> Answer:
+def _slo_comparison(r: Reading, check: ObjectiveCheck) -> None:
+    """Record an objective judged from evidence like a threshold comparison (`slo.<key>`)."""
+    if check.met is None or check.observed_s is None:
+        return
+    r.num(check.evidence)  # the key read, in the answer's evidence
+    r.comparisons.append(Comparison(f"slo.{check.objective.key}", check.evidence, float(check.observed_s), "<=",
+                                    check.objective.limit_s, bool(check.met)))
+
+
+def _labels(checks) -> str:
+    return "; ".join(c.text + (f" [{c.how}]" if c.bound else "") for c in checks)
+
+
+def workload_interactive(ev: Evidence, slo: SLO = UNDECLARED) -> tuple[bool | None, str]:
+    """Whether anyone waits, and who said so. The SLO comes first: it carries the
+    --interactive/--offline flag of this invocation when one was given, and latency objectives
+    mean someone waits; then the evidence's workload.interactive fact (declared when it was
+    collected)."""
+    if slo.latency_bound:
+        return True, f"latency objectives are declared ({slo.source})"
+    if slo.interactive is not None:
+        return slo.interactive, f"declared {'interactive' if slo.interactive else 'offline'} ({slo.source})"
+    fact = ev.fact(Q.INTERACTIVE)
+    if isinstance(fact, bool):
+        return fact, f"declared {'interactive' if fact else 'offline'} in the evidence"
+    return None, "not declared"
+
+
+def ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
     r = Reading(ev, th)
+    interactive, who = workload_interactive(ev, slo)
+    if interactive is False:
+        if slo.interactive is None:
+            r.flag(Q.INTERACTIVE)  # the fact it was decided by, in the answer's evidence
+        return _answer(r, "Q5", "no", 0.9, f"nobody waits for single responses, {who}: per-token latency is "
+                       "no one's complaint, throughput is", "offline")
     p50 = r.num(Q.ITL_P50)
     p99 = r.num(Q.ITL_P99)
     share = r.num(Q.DECODE_TIME_SHARE)
+    if slo.for_metric("itl"):
+        return _q5_against_slo(r, slo, share)
     if p50 is None and p99 is None:
         return _answer(r, "Q5", "unknown", 0.0, "inter-token latency was not measured")
     slow_median = p50 is not None and r.compare(Q.ITL_P50, p50, ">", "q5.max_itl_p50_s")
     slow_tail = p99 is not None and r.compare(Q.ITL_P99, p99, ">", "q5.max_itl_p99_s")
     decode_dominates = None if share is None else r.compare(Q.DECODE_TIME_SHARE, share, ">=", "q5.min_decode_share")
     quality = r.quality(Q.ITL_P50, Q.ITL_P99)
+    basis = " (against the fixed thresholds q5.max_itl_*: no ITL objective declared)"
     if (slow_median or slow_tail) and decode_dominates is not False:
         what = f"median {p50 * 1e3:.0f} ms" if slow_median else f"p99 {p99 * 1e3:.0f} ms"
         conf = (0.8 if decode_dominates else 0.6) * quality
-        return _answer(r, "Q5", "yes", conf, f"tokens arrive slowly ({what} between tokens)")
+        return _answer(r, "Q5", "yes", conf, f"tokens arrive slowly ({what} between tokens){basis}")
     if slow_median or slow_tail:
         return _answer(r, "Q5", "no", 0.6 * quality,
-                       f"decode is slow but only {share:.0%} of request time is decode: prefill or queueing dominate")
+                       f"decode is slow but only {share:.0%} of request time is decode: prefill or queueing "
+                       f"dominate{basis}")
     shown = f"{p50 * 1e3:.1f} ms median" if p50 is not None else f"{p99 * 1e3:.1f} ms p99"
-    return _answer(r, "Q5", "no", 0.8 * quality, f"inter-token latency is within target ({shown})")
+    return _answer(r, "Q5", "no", 0.8 * quality, f"inter-token latency is within target ({shown}){basis}")
 
 
-def ask_q6(ev: Evidence, th: Thresholds) -> Answer:
+def _q5_against_slo(r: Reading, slo: SLO, share: float | None) -> Answer:
+    """Q5 with a declared ITL objective: does decode latency break it? The decode share of
+    request time does not overrule a broken ITL objective (the objective is about decode
+    itself), it only says how much of the end-to-end latency a faster decode would win."""
+    checks = slo.check_evidence(r.evidence, ("itl",))
+    for c in checks:
+        _slo_comparison(r, c)
+    broken = [c for c in checks if c.met is False]
+    unjudged = [c for c in checks if c.met is None]
+    keys = [c.evidence for c in checks if c.evidence]
+    quality = r.quality(*keys) if keys else 0.0
+    direct = all(not c.bound for c in checks if c.met is not None)
+    if broken:
+        conf = (0.85 if direct else 0.7) * quality
+        tail = ""
+        if share is not None and share < r.thresholds["q5.min_decode_share"]:
+            tail = f"; decode is only {share:.0%} of request time, so end-to-end latency gains less"
+            conf *= 0.85
+        return _answer(r, "Q5", "yes", conf,
+                       f"decode latency breaks the SLO's ITL objective: {_labels(broken)}{tail}", "slo-broken")
+    if unjudged:
+        return _answer(r, "Q5", "unknown", 0.0,
+                       "the SLO's ITL objective could not be judged from the evidence: "
+                       + "; ".join(f"{c.objective.label}: {c.how}" for c in unjudged)
+                       + " (measure every gap with --active; the fixed q5 thresholds are not used when an ITL "
+                       "objective is declared)", "slo-not-judged")
+    return _answer(r, "Q5", "no", (0.85 if direct else 0.7) * quality,
+                   f"inter-token latency meets the SLO's ITL objective: {_labels(checks)}", "slo-met")
+
+
+def slo_stalls_note(ev: Evidence, slo: SLO) -> tuple[bool | None, str]:
+    """Whether the SLO's ITL or TTFT objective breaks (prefill stalls show in both: in the
+    gaps of running streams and in the wait of the next prompt), and a phrase saying so.
+    (None, "") when neither objective is declared."""
+    checks = slo.check_evidence(ev, ("itl", "ttft"))
+    if not checks:
+        return None, ""
+    broken = [c for c in checks if c.met is False]
+    if broken:
+        return True, f"the SLO breaks ({_labels(broken)})"
+    if any(c.met is None for c in checks):
+        return None, "whether the SLO's ITL/TTFT objectives hold could not be judged"
+    return False, f"the SLO's ITL/TTFT objectives hold ({_labels(checks)})"
+
+
+def ask_q6(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
     r = Reading(ev, th)
+    breaks, slo_note = slo_stalls_note(ev, slo)
+
+    def said(answer: str, rationale: str) -> str:
+        # Contention is a fact of the engine; the SLO says whether its stalls matter to anyone.
+        if not slo_note:
+            return rationale
+        if answer == "yes":
+            tail = {True: f"; the stalls matter: {slo_note}", False: f"; {slo_note}, so the stalls do not break it "
+                    "yet", None: f"; {slo_note}"}[breaks]
+        else:
+            tail = f"; {slo_note}" + (", but not from prefill/decode contention" if breaks else "")
+        return rationale + tail
+
     inflation = r.num(Q.ITL_INFLATION)
     if inflation is not None:
         m = r.measurement(Q.ITL_INFLATION)
@@ -181,14 +287,16 @@ def ask_q6(ev: Evidence, th: Thresholds) -> Answer:
         conf = 0.9
         if m is not None and m.summary is not None and m.summary.ci_low <= 1.0 < m.summary.ci_high:
             conf = 0.5  # the interval includes "no inflation"
-        return _answer(r, "Q6", "yes" if contend else "no", conf * r.quality(Q.ITL_INFLATION),
-                       f"inter-token latency during prefills was {inflation:.2f}x the baseline")
+        answer = "yes" if contend else "no"
+        return _answer(r, "Q6", answer, conf * r.quality(Q.ITL_INFLATION),
+                       said(answer, f"inter-token latency during prefills was {inflation:.2f}x the baseline"))
     corr = r.num(Q.PROMPT_ITL_CORRELATION)
     if corr is not None:
         contend = r.compare(Q.PROMPT_ITL_CORRELATION, corr, ">=", "q6.min_correlation")
-        return _answer(r, "Q6", "yes" if contend else "no", 0.5 * r.quality(Q.PROMPT_ITL_CORRELATION),
-                       f"across the window, ITL rose with prompt-token rate (rank correlation {corr:.2f}); "
-                       "passive evidence: confirm with --active")
+        answer = "yes" if contend else "no"
+        return _answer(r, "Q6", answer, 0.5 * r.quality(Q.PROMPT_ITL_CORRELATION),
+                       said(answer, f"across the window, ITL rose with prompt-token rate (rank correlation "
+                            f"{corr:.2f}); passive evidence: confirm with --active"))
     return _answer(r, "Q6", "unknown", 0.0, "prefill/decode interference was not measured")
 
 
@@ -206,20 +314,31 @@ def ask_kv(ev: Evidence, th: Thresholds) -> Answer:
                    "needs the workload's reuse with and without the capacity limit (a trace and --kv-capacity-tokens)")
 
 
-def ask_ob(ev: Evidence, th: Thresholds) -> Answer:
+def ask_ob(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
     r = Reading(ev, th)
-    interactive = r.flag(Q.INTERACTIVE)
+    # Read (and list as missing) the evidence's fact only where the SLO does not decide.
+    decided_by_slo = slo.latency_bound or slo.interactive is not None
+    fact = ev.fact(Q.INTERACTIVE) if decided_by_slo else r.flag(Q.INTERACTIVE)
+    fact = fact if isinstance(fact, bool) else None
+    interactive, who = workload_interactive(ev, slo)
+    # The SLO (this invocation's declaration) outranks a fact recorded with older evidence.
+    overruled = "" if fact is None or fact == interactive or interactive is None else (
+        f"; the evidence's {Q.INTERACTIVE} = {str(fact).lower()} is overruled by the SLO")
     if interactive is None:
-        return _answer(r, "OB", "unknown", 0.0, "whether anyone waits was not declared (--offline / --interactive)")
+        return _answer(r, "OB", "unknown", 0.0, "whether anyone waits was not declared (--offline / --interactive, "
+                       "or [slo] interactive = false / latency objectives)")
     if interactive:
-        return _answer(r, "OB", "no", 1.0, "the workload is declared interactive")
-    return _answer(r, "OB", "yes", 1.0, "the workload is declared offline: nobody waits for single responses")
+        return _answer(r, "OB", "no", 1.0, f"someone waits: {who}{overruled}")
+    return _answer(r, "OB", "yes", 1.0,
+                   f"the workload is {who} with no latency objective: nobody waits for single responses{overruled}")
 
 
-ASK: dict[str, Callable[[Evidence, Thresholds], Answer]] = {
+# Every question takes (evidence, thresholds); these also take `slo=`.
+ASK: dict[str, Callable[..., Answer]] = {
     "Q1": ask_q1, "Q2": ask_q2, "Q3": ask_q3, "Q4": ask_q4, "Q5": ask_q5, "Q6": ask_q6, "KV": ask_kv, "OB": ask_ob,
 }
+SLO_QUESTIONS = frozenset({"Q5", "Q6", "OB"})
 
 
-def ask_all(ev: Evidence, th: Thresholds) -> tuple[Answer, ...]:
-    return tuple(ask(ev, th) for ask in ASK.values())
+def ask_all(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> tuple[Answer, ...]:
+    return tuple(ask(ev, th, slo=slo) if q in SLO_QUESTIONS else ask(ev, th) for q, ask in ASK.items())

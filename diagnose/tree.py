@@ -9,8 +9,14 @@ decides the status of its techniques, looking at what the engine already runs:
 - not-indicated: nothing calls for it; unknown: the question could not be answered.
 
 Recommendations keep the tree's order: Q1, Q2, ..., Q6, then KV offload and offline batch.
-`diagnose(evidence)` is a pure function: the same evidence and thresholds give the same
+`diagnose(evidence)` is a pure function: the same evidence, thresholds and SLO give the same
 diagnosis, byte for byte.
+
+The SLO (`diagnose(evidence, thresholds, slo=SLO(...))`, undeclared by default) is what the
+latency answers are judged against: Q5 asks whether decode latency breaks the ITL objective,
+Q6 notes whether its stalls break the ITL/TTFT objectives, and a workload declared offline
+with no latency objective leads to offline batch. The diagnosis records the SLO and each
+objective met or broken where the evidence shows it.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from typing import Mapping
 from diagnose.diagnosis import Answer, Diagnosis, PitfallCheck, Recommendation, Step
 from diagnose.evidence import Evidence
 from diagnose.pitfalls import QUANTIZED_KV_PREFIXES, check_all
-from diagnose.questions import ask_all
+from diagnose.questions import ask_all, slo_stalls_note
+from diagnose.slo import SLO, ObjectiveCheck
 from diagnose.techniques import CATALOGUE
 from diagnose.thresholds import Thresholds
 from probes import quantities as Q
@@ -33,9 +40,10 @@ class _Branches:
     """Collects recommendations and path steps while walking each question's branch."""
 
     def __init__(self, ev: Evidence, th: Thresholds, answers: Mapping[str, Answer],
-                 pitfalls: Mapping[str, PitfallCheck]):
+                 pitfalls: Mapping[str, PitfallCheck], slo: SLO = SLO()):
         self.ev = ev
         self.th = th
+        self.slo = slo
         self.answers = answers
         self.pitfalls = pitfalls
         self.recs: list[Recommendation] = []
@@ -176,6 +184,9 @@ def _q6(b: _Branches) -> None:
     chunked = b.on(Q.CHUNKED_PREFILL)
     pd = b.on(Q.PD_DISAGGREGATION)
     b.step("Q6.chunked-prefill-on", chunked)
+    breaks, note = slo_stalls_note(b.ev, b.slo)
+    if note and a.answer == "yes":
+        b.step("Q6.stalls-break-slo", breaks, note)
     needed = _needed(a, "yes")
     b.by_state("chunked-prefill", "Q6", chunked, needed)
     inflation = b.ev.measurement(Q.ITL_INFLATION)
@@ -211,22 +222,27 @@ def _ob(b: _Branches) -> None:
                why="nobody waits: run it as an offline batch job at maximum throughput")
 
 
-def _bottleneck(recs: list[Recommendation], answers: Mapping[str, Answer]) -> str:
+def _bottleneck(recs: list[Recommendation], answers: Mapping[str, Answer],
+                checks: tuple[ObjectiveCheck, ...] = ()) -> str:
     first = next((r for r in recs if r.status in ("recommended", "not-working")), None)
     if first is None:
         unknown = [q for q, a in answers.items() if a.answer == "unknown"]
         tail = f"; {len(unknown)} question(s) could not be answered: {', '.join(unknown)}" if unknown else ""
+        broken = [c.objective.label for c in checks if c.met is False]
+        if broken:  # nothing the tree knows fixes it, but the reader must not take "none" for "all is well"
+            tail += f"; yet the SLO breaks ({', '.join(broken)})"
         return "no bottleneck found among the questions answered" + tail
     a = answers[first.question]
     verb = "fix" if first.status == "not-working" else "use"
     return f"{first.question}: {a.rationale} -> {verb} {first.technique}"
 
 
-def diagnose(evidence: Evidence, thresholds: Thresholds | None = None) -> Diagnosis:
+def diagnose(evidence: Evidence, thresholds: Thresholds | None = None, *, slo: SLO | None = None) -> Diagnosis:
     th = thresholds or Thresholds()
-    answers = {a.question: a for a in ask_all(evidence, th)}
+    slo = slo or SLO()
+    answers = {a.question: a for a in ask_all(evidence, th, slo)}
     pitfalls = check_all(evidence, th, answers)
-    b = _Branches(evidence, th, answers, {p.pitfall: p for p in pitfalls})
+    b = _Branches(evidence, th, answers, {p.pitfall: p for p in pitfalls}, slo)
     path: list[Step] = []
     for q, walk in (("Q1", _q1), ("Q2", _q2), ("Q3", _q3), ("Q4", _q4), ("Q5", _q5),
                     ("Q6", _q6), ("KV", _kv), ("OB", _ob)):
@@ -236,9 +252,10 @@ def diagnose(evidence: Evidence, thresholds: Thresholds | None = None) -> Diagno
         path.extend(b.steps)
     engine = evidence.fact(Q.ENGINE_NAME)
     digest = hashlib.sha256(evidence.to_json().encode()).hexdigest()
+    checks = slo.check_evidence(evidence)
     return Diagnosis(
         engine=str(engine) if engine else "unknown",
-        bottleneck=_bottleneck(b.recs, answers),
+        bottleneck=_bottleneck(b.recs, answers, checks),
         answers=tuple(answers.values()),
         path=tuple(path),
         recommendations=tuple(b.recs),
@@ -246,4 +263,6 @@ def diagnose(evidence: Evidence, thresholds: Thresholds | None = None) -> Diagno
         thresholds=tuple(sorted(th.values.items())),
         evidence_digest=digest,
         target=evidence.target.url or evidence.target.label,
+        slo=slo,
+        slo_checks=checks,
     )

@@ -1,4 +1,4 @@
-"""Pieces several sub-commands share: loading evidence and thresholds, declared workload facts."""
+"""Pieces several sub-commands share: loading evidence, thresholds and SLOs, declared workload facts."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from diagnose.errors import UsageError
 from diagnose.evidence import Evidence, EvidenceError
 from diagnose.runfolder import EVIDENCE
+from diagnose.slo import SLO, SLOError
 from diagnose.thresholds import Thresholds, ThresholdsError
 from probes import quantities as Q
 from probes.results import Fact, Provenance
@@ -49,6 +50,30 @@ def add_workload_flags(parser: argparse.ArgumentParser) -> None:
                        help="nobody waits for single responses (enables the offline-batch answer)")
     group.add_argument("--interactive", dest="interactive", action="store_true",
                        help="people wait for the responses")
+
+
+def add_slo_flags(parser: argparse.ArgumentParser) -> None:
+    """`--slo METRIC:pNN:LIMIT` (repeatable); a `[slo]` table in the --thresholds file counts too."""
+    parser.add_argument("--slo", action="append", default=[], metavar="METRIC:pNN:LIMIT",
+                        help="a latency objective, e.g. ttft:p99:2s, itl:p50:50ms, e2e:p95:30s (repeatable; "
+                             "over the [slo] table of the --thresholds file)")
+
+
+def load_slo(args: argparse.Namespace) -> SLO:
+    """The SLO of this invocation: the [slo] table of --thresholds, then --slo flags, then
+    --offline/--interactive. Undeclared (SLO()) when none of them is given."""
+    try:
+        path = getattr(args, "thresholds", None)
+        slo = SLO.from_toml(path) if path else SLO()
+        slo = slo.merged(SLO.from_flags(getattr(args, "slo", None) or ()))
+        # The --interactive/--offline flag wins over the SLO's own `interactive`; with latency
+        # objectives, --offline contradicts them and is refused (SLOError below).
+        interactive = getattr(args, "interactive", None)
+        if interactive is not None:
+            slo = SLO(slo.objectives, bool(interactive), slo.source if slo.declared else "command line")
+        return slo
+    except SLOError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def add_trace_flags(parser: argparse.ArgumentParser) -> None:

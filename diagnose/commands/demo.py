@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from diagnose.collect import RunPlan, run_target
+from diagnose.commands.common import add_slo_flags, load_slo
 from diagnose.errors import ExitCode, TargetError, UsageError
 from diagnose.runfolder import REQUESTS
 from probes import quantities as Q
@@ -22,7 +23,8 @@ from diagnose.report import console
 
 EXAMPLE = """example:
   llm-diagnose demo                       # run folder under ./runs/demo-<time>
-  llm-diagnose demo --out runs/demo --duration 25"""
+  llm-diagnose demo --out runs/demo --duration 25
+  llm-diagnose demo --slo itl:p99:50ms     # judge the chat workload against an SLO (default: none declared)"""
 
 
 def register(sub) -> None:
@@ -35,6 +37,10 @@ def register(sub) -> None:
     p.add_argument("--duration", type=float, default=25.0, metavar="SECONDS",
                    help="observation window while the workload runs (default 25)")
     p.add_argument("--requests", type=int, default=96, help="requests the demo workload sends (default 96)")
+    # The chat workload is declared interactive; no latency objective is declared by default:
+    # a 1.45 M-parameter model on CPU says nothing about a real service's targets, so Q5 uses
+    # the fixed q5 thresholds unless --slo gives one.
+    add_slo_flags(p)
     p.set_defaults(func=run)
 
 
@@ -52,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"the demo needs vLLM in this Python ({why}): run `make demo`, which installs it")
     if args.requests < 1 or args.duration <= 0:
         raise UsageError("--requests and --duration must be positive")
+    slo = load_slo(args)
     out = args.out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     workdir = args.workdir.resolve()
     _say(f"making the tiny model in {workdir / 'model'}")
@@ -72,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             return {}
 
         plan = RunPlan(url=server.url, out_dir=out, duration_s=args.duration, interval_s=1.0,
-                       trace=trace, trace_format="prompts",
+                       trace=trace, trace_format="prompts", slo=slo,
                        extra_items={Q.INTERACTIVE: Fact(True, Provenance("declared", "the demo's chat workload"))})
         result = run_target(plan, active=drive)
     completed, failed = sent[0]

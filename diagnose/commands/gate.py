@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from diagnose.commands.common import load_thresholds
+from diagnose.commands.common import add_slo_flags, load_slo, load_thresholds
 from diagnose.commands.report import load_run
 from diagnose.errors import UsageError
 from diagnose.gate import RunData, compare, render_junit, render_text, request_measurements
@@ -35,6 +35,7 @@ def register(sub) -> None:
     p.add_argument("--current", required=True, metavar="RUN", help="run folder, evidence.json or diagnosis.json")
     p.add_argument("--rules", metavar="FILE", help="TOML rules (defaults: built in)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML thresholds for runs that lack a diagnosis.json")
+    add_slo_flags(p)  # like --thresholds: for runs that lack a diagnosis.json
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML here")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write a Markdown summary here")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the outcomes as JSON here")
@@ -43,13 +44,20 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _run_data(path: str, thresholds) -> tuple[RunData, str]:
-    loaded = load_run(path, thresholds)
+def _run_data(path: str, thresholds, slo=None) -> tuple[RunData, str]:
+    loaded = load_run(path, thresholds, slo)
     if loaded.evidence is None:
         raise UsageError(f"{path}: the gate needs the run's evidence.json (its raw samples), not only a diagnosis")
     # Per-request samples, where the run was active, join the evidence for the comparison only.
     evidence = loaded.evidence.with_items(request_measurements(loaded.run_dir))
     return RunData(evidence, loaded.diagnosis, loaded.label), loaded.note
+
+
+def _slo_text(slo) -> str:
+    if not slo.declared:
+        return "none"
+    parts = [o.label for o in slo.objectives] or [("interactive" if slo.interactive else "offline")]
+    return ", ".join(parts)
 
 
 def _write(path: Path, text: str, flag: str) -> None:
@@ -64,9 +72,14 @@ def run(args: argparse.Namespace) -> int:
     except GateRulesError as exc:
         raise UsageError(str(exc)) from None
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
-    baseline, note_b = _run_data(args.baseline, thresholds)
-    current, note_c = _run_data(args.current, thresholds)
-    result = compare(baseline, current, rules, notes=tuple(n for n in (note_b, note_c) if n))
+    slo = load_slo(args)
+    baseline, note_b = _run_data(args.baseline, thresholds, slo if slo.declared else None)
+    current, note_c = _run_data(args.current, thresholds, slo if slo.declared else None)
+    # Answers judged against different objectives may differ for that reason alone.
+    note_slo = "" if baseline.diagnosis.slo.equivalent(current.diagnosis.slo) else (
+        f"the runs were judged against different SLOs (baseline: {_slo_text(baseline.diagnosis.slo)}; current: "
+        f"{_slo_text(current.diagnosis.slo)}): a changed answer may come from that")
+    result = compare(baseline, current, rules, notes=tuple(n for n in (note_b, note_c, note_slo) if n))
     sys.stdout.write(render_text(result, verbose=args.verbose))
     if args.junit:
         _write(args.junit, render_junit(result), "--junit")

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from diagnose.collect import RunPlan, run_target
-from diagnose.commands.common import add_trace_flags, add_workload_flags, declared_facts, load_thresholds
+from diagnose.commands.common import (add_slo_flags, add_trace_flags, add_workload_flags, declared_facts, load_slo,
+                                     load_thresholds)
 from diagnose.errors import ExitCode, UsageError
 from diagnose.report import console
 from probes.experiments import ALL_EXPERIMENTS, ActiveBudget, describe_plan, prepare_plan, run_experiments
@@ -17,7 +18,8 @@ from probes.metrics.window import ScrapeRecord
 EXAMPLE = """example:
   llm-diagnose run --url http://127.0.0.1:8000 --duration 60 --out runs/staging
   llm-diagnose run --url http://127.0.0.1:8000 --out runs/staging-active --active --budget-requests 150 --budget-seconds 60
-  llm-diagnose run --url http://10.0.0.7:8000 --duration 300 --interval 5 --out runs/prod-a --offline"""
+  llm-diagnose run --url http://10.0.0.7:8000 --duration 300 --interval 5 --out runs/prod-a --offline
+  llm-diagnose run --url http://127.0.0.1:8000 --out runs/chat --slo itl:p99:100ms --slo ttft:p99:2s"""
 
 
 def register(sub) -> None:
@@ -33,7 +35,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, type=Path, help="run folder (raw samples are written as taken)")
     p.add_argument("--duration", type=float, default=30.0, metavar="SECONDS", help="observation window (default 30)")
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="scrape interval (default 1)")
-    p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding named thresholds")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding named thresholds (and its [slo] table)")
     active = p.add_argument_group("active probing (opt-in: sends real requests, within a hard budget)")
     active.add_argument("--active", action="store_true",
                         help="also run the experiments (decode latency, interference, heterogeneity, prefix, spec)")
@@ -45,6 +47,7 @@ def register(sub) -> None:
                         help=f"comma-separated subset of {','.join(ALL_EXPERIMENTS)}")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     add_workload_flags(p)
+    add_slo_flags(p)
     add_trace_flags(p)
     p.set_defaults(func=run)
 
@@ -95,10 +98,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--duration and --interval must be positive numbers of seconds")
     if args.interval > args.duration:
         raise UsageError(f"--interval ({args.interval:g} s) is longer than --duration ({args.duration:g} s)")
+    thresholds, slo = load_thresholds(args.thresholds), load_slo(args)  # before the target is touched
     active = _active_hook(args) if args.active else None
     duration = max(args.duration, args.budget_seconds) if active else args.duration  # watch the whole load
     plan = RunPlan(url=args.url, out_dir=args.out, duration_s=duration, interval_s=args.interval,
-                   thresholds=load_thresholds(args.thresholds), extra_items=declared_facts(args),
+                   thresholds=thresholds, slo=slo, extra_items=declared_facts(args),
                    metrics_url=args.metrics_url, trace=args.trace, trace_format=args.trace_format,
                    block_size=args.block_size, kv_capacity_tokens=args.kv_capacity_tokens)
     planned = int(duration // args.interval) + 1

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from diagnose.diagnosis import Diagnosis
 from diagnose.evidence import Evidence
+from diagnose.report.json import slo_summary
 from probes import quantities as Q
 
 _MARK = {"recommended": "+", "not-working": "!", "in-place": "=", "not-indicated": " ", "unknown": "?"}
+_SLO_MARK = {"broken": "!", "met": "=", "not judged": "?"}
 
 
 def _engine_line(diagnosis: Diagnosis, evidence: Evidence | None) -> str:
@@ -26,6 +28,12 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, verbose: b
     add(f"llm-diagnose: {diagnosis.target or 'target'} ({_engine_line(diagnosis, evidence)})")
     add("")
     add(f"Bottleneck: {diagnosis.bottleneck}")
+    slo = slo_summary(diagnosis)
+    source = f" ({slo['source']})" if slo["declared"] else ""
+    add(f"SLO{source}: {slo['summary']}")
+    for o in slo["objectives"]:
+        how = f" [{o['how']}]" if o["how"] else ""
+        add(f"  {_SLO_MARK[o['status']]} {o['objective']}: {o['observed']} ({o['status']}){how}")
     add("")
     active = [r for r in diagnosis.recommendations if r.status in ("recommended", "not-working")]
     if active:

@@ -26,7 +26,7 @@ from probes import quantities as Q
 from probes.results import Fact, Measurement, NotMeasured, Result
 
 __all__ = ["REPORT_SCHEMA", "REPORT_VERSION", "ACTIVE_STATUSES", "content", "render", "format_value",
-           "format_result", "shown_settings", "redact_marker"]
+           "format_result", "shown_settings", "redact_marker", "slo_summary"]
 
 REPORT_SCHEMA = "llm-diagnose/report"
 REPORT_VERSION = 1
@@ -190,6 +190,28 @@ def _provenance(diagnosis: Diagnosis, evidence: Evidence | None, scrub: _Redacto
     return [[label, scrub(value)] for label, value in rows]
 
 
+def slo_summary(diagnosis: Diagnosis) -> dict:
+    """The SLO the diagnosis was judged against, and each objective met, broken or not judged."""
+    slo, checks = diagnosis.slo, diagnosis.slo_checks
+    if not slo.declared:
+        summary = ("none declared: Q5 judges decode latency against the fixed q5.max_itl_* thresholds "
+                   "(declare objectives with --slo or an [slo] table)")
+    elif not checks:
+        summary = (f"the workload is declared {'interactive' if slo.interactive else 'offline'}, "
+                   "with no latency objective")
+    else:
+        broken = sum(c.met is False for c in checks)
+        unjudged = sum(c.met is None for c in checks)
+        summary = (f"{broken} of {len(checks)} objective(s) broken" if broken else "every objective judged is met")
+        if unjudged:
+            summary += f", {unjudged} not judged (the evidence does not show that percentile)"
+    return {
+        "declared": slo.declared, "source": slo.source, "interactive": slo.interactive, "summary": summary,
+        "objectives": [{"objective": c.objective.label, "key": c.objective.key, "status": c.status,
+                        "observed": c.observed_text, "evidence": c.evidence, "how": c.how} for c in checks],
+    }
+
+
 def _pitfall_status(detected: bool | None) -> str:
     return {True: "detected", False: "not detected", None: "not checkable"}[detected]
 
@@ -233,6 +255,7 @@ def content(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_p
         "title": f"llm-diagnose: {scrub(diagnosis.target) or 'target'}",
         "engine": _engine_line(diagnosis, evidence),
         "bottleneck": scrub(diagnosis.bottleneck),
+        "slo": slo_summary(diagnosis),
         "recommendations": recommendations,
         "in_place": [r.technique for r in diagnosis.recommendations if r.status == "in-place"],
         "technique_status": [[r.technique, r.status] for r in diagnosis.recommendations],

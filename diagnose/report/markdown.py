@@ -61,6 +61,12 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_pr
     c = content(diagnosis, evidence, include_prompts=include_prompts)
     out = [f"## {text(c['title'])}", "", f"engine {text(c['engine'])}", "",
            f"**Bottleneck:** {text(c['bottleneck'])}", ""]
+    slo = c["slo"]
+    out += [f"**SLO:** {text(slo['summary'])}" + (f" ({text(slo['source'])})" if slo["declared"] else ""), ""]
+    if slo["objectives"]:
+        out += _table(["objective", "observed", "status", "how"],
+                      [[cell(o["objective"]), cell(o["observed"]), cell(o["status"]), cell(o["how"])]
+                       for o in slo["objectives"]])
     if c["recommendations"]:
         out += ["### Recommendations", ""]
         rows = [[str(i), code(r["technique"]), cell(r["status"]), cell(r["question"]), f"{r['confidence']:.2f}",
