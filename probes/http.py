@@ -72,9 +72,10 @@ class TargetUnreachable(ProbeHTTPError):
 class HTTPStatusError(ProbeHTTPError):
     """The server answered with a non-2xx status (discovery treats 404 as "not exposed")."""
 
-    def __init__(self, message: str, url: str | None = None, status: int = 0) -> None:
+    def __init__(self, message: str, url: str | None = None, status: int = 0, body: str = "") -> None:
         super().__init__(message, url)
         self.status = status
+        self.body = body  # the start of the answer: a Prometheus API error explains itself there
 
 
 class NotAnLLMServer(ProbeHTTPError):
@@ -212,7 +213,7 @@ async def _request(session: aiohttp.ClientSession, method: str, url: str, json_b
             body = await resp.text(errors="replace")
             elapsed = time.monotonic() - t0
             if not 200 <= resp.status < 300:
-                raise HTTPStatusError(_status_message(resp.status, url), url, resp.status)
+                raise HTTPStatusError(_status_message(resp.status, url), url, resp.status, body[:2000])
             return HttpText(shown, resp.status, body, resp.content_type or "", elapsed)
     except aiohttp.InvalidURL:
         raise InvalidTargetURL(f"{shown} is not a valid URL", url) from None

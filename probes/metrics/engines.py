@@ -20,7 +20,7 @@ from probes.metrics.exposition import Scrape
 
 __all__ = [
     "Sel", "Ratio", "Product", "HitPair", "Candidate", "Concept", "CONCEPTS", "ENGINE_METRICS", "ENGINES",
-    "EngineGuess", "detect_engine", "metrics_hint_for", "selector_parts",
+    "EngineGuess", "detect_engine", "metrics_hint_for", "selector_parts", "ENGINE_PREFIXES",
 ]
 
 
@@ -255,6 +255,7 @@ _PREFIXES: dict[str, tuple[str, ...]] = {
 # Process- and HTTP-level series an engine keeps even with its stats switched off; they
 # must not count as engine metrics.
 _NOT_ENGINE = ("sglang:process_", "sglang:http_")
+ENGINE_PREFIXES = _PREFIXES  # public: the Prometheus-server source selects an engine's series by them
 
 
 @dataclass(frozen=True)

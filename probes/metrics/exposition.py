@@ -25,7 +25,7 @@ from prometheus_client.parser import text_fd_to_metric_families
 
 from probes.http import MalformedMetrics
 
-__all__ = ["Labels", "Series", "HistogramSeries", "Scrape", "parse_exposition", "labels_match"]
+__all__ = ["Labels", "Series", "HistogramSeries", "Scrape", "parse_exposition", "scrape_from_samples", "labels_match"]
 
 Labels = frozenset  # frozenset[tuple[str, str]]: order-free, hashable
 EMPTY_LABELS: Labels = frozenset()
@@ -149,18 +149,14 @@ def parse_exposition(text: str, source: str = "/metrics") -> Scrape:
             or a histogram bucket has no `le` label.
     """
     lines = _NumberedLines(text)
-    raw: dict[str, list[Series]] = defaultdict(list)
+    samples: list[tuple[str, Labels, float]] = []
     types: dict[str, str] = {}
-    created_raw: list[tuple[str, Labels, float]] = []
     try:
         for family in text_fd_to_metric_families(lines):
             for sample in family.samples:
-                labels: Labels = frozenset(sample.labels.items())
-                if sample.name.endswith("_created"):
-                    created_raw.append((sample.name, labels, float(sample.value)))
-                    continue
-                raw[sample.name].append(Series(labels, float(sample.value)))
-                types.setdefault(sample.name, family.type)
+                samples.append((sample.name, frozenset(sample.labels.items()), float(sample.value)))
+                if not sample.name.endswith("_created"):  # typed below, once known to be a metric
+                    types.setdefault(sample.name, family.type)
     except ValueError as exc:
         line = lines.current().strip()
         shown = line if len(line) <= 160 else line[:157] + "..."
@@ -168,6 +164,28 @@ def parse_exposition(text: str, source: str = "/metrics") -> Scrape:
         raise MalformedMetrics(
             f"malformed /metrics text from {source} at line {lines.number}: {shown!r} "
             f"(Prometheus parser: {detail[:120]})", None, line_number=lines.number, line=line) from None
+    return scrape_from_samples(samples, types, source)
+
+
+def scrape_from_samples(samples: Iterable[tuple[str, Labels, float]], types: Mapping[str, str] | None = None,
+                        source: str = "/metrics") -> Scrape:
+    """A `Scrape` from (wire name, labels, value) samples, by the rules `parse_exposition` applies.
+
+    For samples that arrive without a page: a Prometheus server's query API returns the
+    series it stored from one scrape (probes.metrics.prometheus_api). `types` may be empty;
+    histograms are then found by their `le` labels.
+
+    Raises:
+        MalformedMetrics: a histogram bucket has no usable `le` label.
+    """
+    raw: dict[str, list[Series]] = defaultdict(list)
+    types = dict(types or {})
+    created_raw: list[tuple[str, Labels, float]] = []
+    for name, labels, value in samples:
+        if name.endswith("_created"):
+            created_raw.append((name, labels, value))
+            continue
+        raw[name].append(Series(labels, value))
 
     # A `_created` sample is a timestamp only if its counter/histogram sibling exists;
     # otherwise it is a metric that happens to end in _created and is kept as such.
