@@ -13,7 +13,7 @@ import sys
 
 from diagnose.errors import DiagnoseError, ExitCode
 
-COMMANDS = ("decide", "run", "demo", "trace", "report", "gate", "instrument", "microbench")
+COMMANDS = ("decide", "run", "demo", "trace", "report", "gate", "instrument", "microbench", "fleet", "plan")
 
 EPILOG = """exit codes: 0 done; 1 gate found a regression; 2 bad usage or input;
 3 target unreachable or not an LLM server; 4 partial run (results kept);

@@ -9,6 +9,10 @@ Override any of them from a TOML file, either flat or as tables:
 
     [thresholds.q5]
     max_itl_p50_s = 0.03
+
+The same file may hold the workload's service-level objectives as an `[slo]` table
+(`diagnose.slo`); Q5 then judges decode latency against the ITL objective and uses the
+q5.max_itl_* thresholds only when no ITL objective is declared.
 """
 
 from __future__ import annotations
@@ -132,6 +136,32 @@ _ALL: list[Threshold] = [
     Threshold("kv_offload.min_gap", 0.10, "fraction",
               "reuse an unlimited cache would get minus reuse at the server's capacity",
               "ten points of prompt tokens re-prefilled only because the cache is too small"),
+    # fleet view (llm-diagnose fleet): replicas of one deployment compared with each other
+    Threshold("fleet.max_hit_rate_spread", 0.20, "fraction",
+              "prefix-cache hit rates of replicas further apart than this diverge",
+              "replicas behind one load balancer see the same request mix; over a window of thousands of "
+              "looked-up tokens their hit rates agree to a few points, so 20 points is a different cache, "
+              "configuration or traffic, not noise"),
+    Threshold("fleet.max_kv_usage_spread", 0.25, "fraction",
+              "KV-cache usage (p95) of replicas further apart than this diverges",
+              "a quarter of the cache: one replica near q1.kv_saturation while another sits near q4.low_kv_usage"),
+    Threshold("fleet.max_waiting_spread", 1.0, "requests",
+              "mean waiting requests of replicas further apart than this diverge",
+              "one request queued on average on one replica and none on another (q4.min_waiting): the "
+              "balancer sends work where it waits"),
+    Threshold("fleet.min_preemptions", 1.0, "count",
+              "a replica with at least this many preemptions in the window while another has none diverges",
+              "a preemption means that replica ran out of KV blocks; equal replicas under equal load do so together"),
+    Threshold("fleet.max_load_ratio", 1.5, "ratio",
+              "prompt tokens per second of the busiest replica / the least busy above which load is imbalanced",
+              "round-robin and least-request balancers keep replicas within tens of percent of each other; half "
+              "again as much prefill work is an imbalance that explains KV and queue divergence"),
+    Threshold("fleet.routing_ratio", 0.50, "ratio",
+              "fleet hit rate below this share of the trace's reuse means shared prefixes land on different "
+              "replicas",
+              "as q2.working_ratio: half the reuse one cache would get on the same requests is lost; with "
+              "prefix-blind routing over N replicas a prefix shared by k requests is computed up to min(k, N) "
+              "times instead of once"),
     # evidence quality
     Threshold("evidence.min_samples", 3.0, "samples",
               "fewer observations than this lower an answer's confidence",
@@ -163,12 +193,22 @@ class Thresholds:
 
     @classmethod
     def from_mapping(cls, overrides: Mapping, source: str = "mapping") -> "Thresholds":
-        flat = _flatten(overrides.get("thresholds", overrides))
+        """Overrides as `{"thresholds": {...}}` (a TOML file) or bare. A file may also hold an
+        `[slo]` table (read by `diagnose.slo`); any other top-level name must be a threshold."""
+        if "thresholds" in overrides or "slo" in overrides:
+            table = overrides.get("thresholds", {})
+            if not isinstance(table, Mapping):
+                raise ThresholdsError(f"{source}: thresholds must be a table ([thresholds])")
+            rest = {k: v for k, v in overrides.items() if k not in ("thresholds", "slo")}
+            flat = {**_flatten(rest), **_flatten(table)}
+        else:
+            flat = _flatten(overrides)
         values = {n: t.default for n, t in DEFAULTS.items()}
         for name, value in flat.items():
             if name not in DEFAULTS:
                 raise ThresholdsError(
-                    f"{source}: unknown threshold {name!r}; known: {', '.join(sorted(DEFAULTS))}"
+                    f"{source}: unknown threshold {name!r} (a file holds [thresholds] and [slo]); "
+                    f"known: {', '.join(sorted(DEFAULTS))}"
                 )
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ThresholdsError(f"{source}: threshold {name!r} must be a number, got {value!r}")

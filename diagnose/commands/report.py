@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from diagnose.commands.common import load_thresholds
+from diagnose.commands.common import add_slo_flags, load_slo, load_thresholds
 from diagnose.diagnosis import DIAGNOSIS_SCHEMA, Diagnosis
 from diagnose.errors import UsageError
 from diagnose.evidence import SCHEMA as EVIDENCE_SCHEMA
@@ -20,6 +20,7 @@ from diagnose.evidence import Evidence, EvidenceError
 from diagnose.report import html, markdown
 from diagnose.report import json as report_json
 from diagnose.runfolder import DIAGNOSIS, EVIDENCE, write_atomic
+from diagnose.slo import SLO
 from diagnose.thresholds import Thresholds
 from diagnose.tree import diagnose
 
@@ -61,11 +62,12 @@ def _evidence(path: Path, data: dict) -> Evidence:
         raise UsageError(f"{path}: {exc}") from None
 
 
-def load_run(path: str | Path, thresholds: Thresholds | None = None) -> LoadedRun:
+def load_run(path: str | Path, thresholds: Thresholds | None = None, slo: SLO | None = None) -> LoadedRun:
     """A run folder, an evidence.json or a diagnosis.json -> the diagnosis and its evidence.
 
     The diagnosis is read from diagnosis.json when there is one (it is what the run decided,
-    with the thresholds it ran with); otherwise it is computed from the evidence.
+    with the thresholds and SLO it ran with); otherwise it is computed from the evidence, with
+    `thresholds` and `slo` where given.
     """
     p = Path(path)
     if not p.exists():
@@ -93,11 +95,17 @@ def load_run(path: str | Path, thresholds: Thresholds | None = None) -> LoadedRu
         # The tree is cheap and pure: re-running it is the one way to get the digest it records.
         if evidence is not None and diagnosis.evidence_digest != diagnose(evidence, thresholds).evidence_digest:
             note = f"{dg_path} was computed from other evidence than {ev_path}: it is used as written"
+        if slo is not None and slo.declared and not slo.equivalent(diagnosis.slo):
+            note = "; ".join(n for n in (note, (
+                f"{dg_path} was judged against {'its recorded SLO' if diagnosis.slo.declared else 'no SLO'}, used as "
+                f"written: the SLO given applies only without a {DIAGNOSIS} (re-judge: llm-diagnose decide "
+                f"{ev_path} --slo ...)")) if n)
     else:
         assert evidence is not None  # one of the two exists (checked above)
-        diagnosis = diagnose(evidence, thresholds)
+        diagnosis = diagnose(evidence, thresholds, slo=slo)
         note = f"no {DIAGNOSIS} beside {ev_path}: diagnosed now" + (
-            f" with thresholds from {thresholds.source}" if thresholds is not None else " with default thresholds")
+            f" with thresholds from {thresholds.source}" if thresholds is not None else " with default thresholds") + (
+            f" and the SLO from {slo.source}" if slo is not None and slo.declared else "")
     return LoadedRun(diagnosis, evidence, folder, str(p), note)
 
 
@@ -110,6 +118,7 @@ def register(sub) -> None:
     p.add_argument("--format", choices=tuple(FORMATS), help="default: from --out's suffix, else html")
     p.add_argument("--out", type=Path, metavar="FILE", help="write here (default: standard output)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML thresholds, used only when there is no diagnosis.json")
+    add_slo_flags(p)  # like --thresholds: used only when there is no diagnosis.json
     p.add_argument("--include-prompts", action="store_true",
                    help="show prompt text found in the evidence (withheld by default: hashes and lengths only)")
     p.set_defaults(func=run)
@@ -124,15 +133,25 @@ def _format(args: argparse.Namespace) -> str:
     return _SUFFIXES.get(args.out.suffix.lower(), "html") if args.out is not None else "html"
 
 
+def _capacity_markdown(run_dir: Path | None) -> str:
+    """The capacity-plan section, when `llm-diagnose plan --out` wrote one into the run folder."""
+    from diagnose.report import capacity
+
+    plan = capacity.load_plan(run_dir)
+    return "" if plan is None else "\n" + "\n".join(capacity.markdown_lines(plan))
+
+
 def run(args: argparse.Namespace) -> int:
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
-    loaded = load_run(args.run, thresholds)
+    slo = load_slo(args)
+    loaded = load_run(args.run, thresholds, slo if slo.declared else None)
     fmt = _format(args)
     if fmt == "html":
         text = html.render(loaded.diagnosis, loaded.evidence, run_dir=loaded.run_dir,
                            include_prompts=args.include_prompts)
     elif fmt == "md":
         text = markdown.render(loaded.diagnosis, loaded.evidence, include_prompts=args.include_prompts)
+        text += _capacity_markdown(loaded.run_dir)
     else:
         text = report_json.render(loaded.diagnosis, loaded.evidence, include_prompts=args.include_prompts)
     if loaded.note:

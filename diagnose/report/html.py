@@ -32,7 +32,7 @@ h3{margin:.3em 0;font-size:1.1em}code{background:#f2f2f2;padding:.1em .3em;borde
 .rec.not-working{border-left:5px solid #D55E00}.rec.recommended{border-left:5px solid #0072B2}
 .badge{display:inline-block;font-size:.8em;padding:.05em .5em;border-radius:9px;background:#eee;margin-left:.4em}
 .badge.recommended{background:#d6e9f7}.badge.not-working,.badge.detected,.badge.regression{background:#fbd9c9}
-.badge.in-place,.badge.yes{background:#d3f0e6}.badge.unknown,.badge.not-checkable{background:#eee}
+.badge.in-place,.badge.yes,.badge.met{background:#d3f0e6}.badge.broken{background:#fbd9c9}.badge.unknown,.badge.not-checkable{background:#eee}
 .figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(600px,1fr));gap:1em}
 figure{margin:0;border:1px solid #e3e3e3;border-radius:6px;padding:.5em}
 figcaption{font-size:.85em;color:#555}svg.plot{max-width:100%;height:auto}
@@ -84,7 +84,20 @@ def _verdict(c: dict) -> str:
         out.append(f'<p><strong>In place:</strong> {escape(", ".join(c["in_place"]))}</p>')
     detected = [p for p in c["pitfalls"] if p["status"] == "detected"]
     names = ", ".join(p["pitfall"] for p in detected) if detected else "none"
-    out.append(f"<p><strong>Pitfalls detected:</strong> {escape(names)}</p></section>")
+    out.append(f"<p><strong>Pitfalls detected:</strong> {escape(names)}</p>")
+    out.append(_slo(c["slo"]))
+    out.append("</section>")
+    return "".join(out)
+
+
+def _slo(slo: dict) -> str:
+    source = f" ({escape(slo['source'])})" if slo["declared"] else ""
+    out = [f'<div class="slo"><p><strong>Service-level objectives:</strong> {escape(slo["summary"])}{source}</p>']
+    if slo["objectives"]:
+        rows = [[escape(o["objective"]), escape(o["observed"]), _badge(o["status"]), escape(o["how"])]
+                for o in slo["objectives"]]
+        out.append(_table(["objective", "observed", "status", "how"], rows, raw=True))
+    out.append("</div>")
     return "".join(out)
 
 
@@ -157,13 +170,22 @@ def _provenance(c: dict) -> str:
         + f"<p class=\"sub\">{escape(note)}</p></section>"
 
 
+def _capacity_plan(run_dir: Path | None) -> str:
+    """The capacity-plan section, when `llm-diagnose plan --out` wrote one into the run folder."""
+    from diagnose.report import capacity
+
+    plan = capacity.load_plan(run_dir)
+    return "" if plan is None else capacity.html_section(plan)
+
+
 def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, run_dir: Path | None = None,
            include_prompts: bool = False) -> str:
     """The complete page, as text (UTF-8 when written)."""
     c = content(diagnosis, evidence, include_prompts=include_prompts)
     body = "".join([
         f'<header><h1>{escape(c["title"])}</h1><p class="sub">engine {escape(c["engine"])}</p></header>',
-        _verdict(c), _figures(svg.figures(evidence, run_dir)), _path(c), _pitfalls(c), _not_measured(c),
+        _verdict(c), _figures(svg.figures(evidence, run_dir)), _capacity_plan(run_dir), _path(c), _pitfalls(c),
+        _not_measured(c),
         _techniques(c), _provenance(c),
         "<footer>Written by llm-diagnose. Stable identifiers (Q1-Q6, KV, OB, techniques, pitfalls) are "
         "listed in the README.</footer>",
