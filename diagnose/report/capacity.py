@@ -49,7 +49,7 @@ def _error_text(plan: dict) -> str:
     err = plan.get("model_error")
     if not err or err.get("max_abs_error") is None:
         return "model error: not validated (no held-back measurements)"
-    return f"model error against the live server, {err['summary']}"
+    return f"model error against what the server did (held-back requests), {err['summary']}"
 
 
 def _measured_text(plan: dict) -> str | None:
