@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from probes import quantities as Q
-from probes.results import Measurement
+from probes.results import Measurement, percentile
 
 if TYPE_CHECKING:  # only for annotations: the judging reads evidence through .get()
     from diagnose.evidence import Evidence
 
-__all__ = ["METRICS", "EVIDENCE_KEYS", "Objective", "ObjectiveCheck", "SLO", "SLOError", "percentile"]
+__all__ = ["METRICS", "EVIDENCE_KEYS", "Objective", "ObjectiveCheck", "SLO", "SLOError"]
 
 # ttft: send to first token; itl: gap between tokens of one stream; e2e: send to last token.
 METRICS = ("ttft", "itl", "e2e")
@@ -61,17 +61,6 @@ def _pct(p: float) -> str:
 
 class SLOError(ValueError):
     """An objective that cannot be read; the message says what a valid one looks like."""
-
-
-def percentile(values: Sequence[float], pct: float) -> float:
-    """Linear-interpolation percentile (numpy's default), without numpy: values need not be sorted."""
-    if not values:
-        raise ValueError("percentile of no values")
-    xs = sorted(values)
-    rank = (len(xs) - 1) * pct / 100.0
-    lo = math.floor(rank)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
 
 
 @dataclass(frozen=True)
@@ -111,7 +100,7 @@ class Objective:
         """Whether `values` (seconds, one per request or per token gap) meet this objective."""
         if not values:
             return ObjectiveCheck(self, None, 0, None)
-        observed = percentile(values, self.percentile)
+        observed = percentile(sorted(values), self.percentile)
         return ObjectiveCheck(self, observed, len(values), observed <= self.limit_s)
 
     def check_evidence(self, evidence: "Evidence") -> "ObjectiveCheck":
@@ -132,7 +121,7 @@ class Objective:
         needed = math.ceil(100.0 / (100.0 - self.percentile))
         for key, m in known.values():
             if len(m.samples) >= needed:
-                observed = percentile(m.samples, self.percentile)
+                observed = percentile(sorted(m.samples), self.percentile)
                 return ObjectiveCheck(self, observed, len(m.samples), observed <= self.limit_s, evidence=key,
                                       how=f"p{self.percentile:g} of the {len(m.samples)} samples behind {key}")
         below = [(m.value, p, k) for p, (k, m) in known.items() if p < self.percentile and m.value > self.limit_s]

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from diagnose.capacity.goodput import items_from_records, values_from_records
 from diagnose.capacity.model import StepModel
 from diagnose.capacity.simulate import EngineLimits, simulate
-from diagnose.slo import percentile
 from probes.load.records import RequestRecord
+from probes.results import percentile
 
 __all__ = ["Comparison", "ModelValidation", "validate_model", "STATISTICS"]
 
@@ -75,7 +75,7 @@ def _statistic(values: Sequence[float], pct: float | None) -> float | None:
     finite = [v for v in values if v != float("inf")]
     if len(finite) < 2 or len(finite) < len(values):
         return None  # a failed request: no latency to compare
-    return statistics.fmean(finite) if pct is None else percentile(finite, pct)
+    return statistics.fmean(finite) if pct is None else percentile(sorted(finite), pct)
 
 
 def validate_model(model: StepModel, limits: EngineLimits, groups: Mapping[str, Sequence[RequestRecord]], *,
