@@ -130,13 +130,16 @@ def test_a_mooncake_trace_replays_with_the_prefixes_its_hash_ids_share(small_vll
 # --- Q6: injected prefills stall steady streams, and the tree says so -------------------------------
 @real
 def test_injected_long_prefills_show_interference_that_the_tree_reports(small_vllm, tmp_path):
-    results = _active(small_vllm, tmp_path, ("interference",))
-    if not isinstance(results[Q.ITL_INFLATION], Measurement):
-        # On the shared 2-core host the client can be descheduled for seconds (seen in full-suite
-        # runs: all injections then fire at once after the phase is over). The experiment then
-        # says "not measured", honestly; one more try on a fresh folder tells a stall from a bug.
-        tmp_path = tmp_path / "second-try"
-        results = _active(small_vllm, tmp_path, ("interference",))
+    for attempt in range(3):
+        run_dir = tmp_path / f"try-{attempt}"
+        results = _active(small_vllm, run_dir, ("interference",))
+        hole = results[Q.ITL_INFLATION]
+        # On the shared 2-core host the client was seen not scheduled at all for 3-8 s (event-loop
+        # lag, 0.03 s of client CPU): the experiment then says "not measured" and names the stall,
+        # which is correct. Only such a hole earns another try; any other one fails at once.
+        if isinstance(hole, Measurement) or "event loop stalled" not in hole.reason:
+            break
+    tmp_path = run_dir
     inflation = results[Q.ITL_INFLATION]
     assert isinstance(inflation, Measurement), inflation
     assert inflation.value >= 1.5 and inflation.summary is not None and inflation.summary.ci_low > 1.0, \
@@ -297,3 +300,13 @@ def test_a_disagreement_names_the_side_to_believe():
     fine = ClientHealth(10.0, (0.0001,) * 100, 0.1, 1000, 0.01, None, 2, False)
     assert "believe the server" in _who_is_right(ratio, starved, 0.01)[Q.DECODE_CLIENT_SERVER_ITL_RATIO].warnings[-1]
     assert "kept up" in _who_is_right(ratio, fine, 0.01)[Q.DECODE_CLIENT_SERVER_ITL_RATIO].warnings[-1]
+
+
+def test_a_client_that_was_not_scheduled_says_so_and_one_that_kept_up_does_not():
+    from probes.load.health import STALL_S, ClientHealth
+
+    stalled = ClientHealth(7.5, (0.001,) * 50 + (5.1,), 0.03, 10, 0.001, 1.0, 2, True)
+    fine = ClientHealth(7.5, (0.001,) * 50 + (STALL_S * 0.9,), 0.6, 1000, 0.01, 0.5, 2, True)
+    note = stalled.stall()
+    assert note is not None and "5.1 s" in note and "100% busy" in note
+    assert fine.stall() is None

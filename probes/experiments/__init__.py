@@ -16,6 +16,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -189,6 +190,10 @@ async def _run_one(name: str, step: object, ctx: ExperimentContext, guard: Budge
     if outcome.judge is not None:
         results.update(outcome.judge(window.health))
     out = with_warnings(results, window.health.warnings(outcome.median_gap_s))
+    stall = window.health.stall()
+    if stall:  # a hole the client's own stall may explain says so
+        out = {k: replace(v, reason=f"{v.reason}; {stall}", hint=v.hint or "run it again on a less busy host")
+               if isinstance(v, NotMeasured) else v for k, v in out.items()}
     if ctx.driver.server_gone:
         out = {k: (NotMeasured(f"{name} was cut short: {ctx.driver.server_gone}") if not isinstance(v, Measurement)
                    else v) for k, v in out.items()}

@@ -1,10 +1,10 @@
 """Prefill/decode interference (Q6): steady decode streams, then long prompts injected at known times.
 
 Timeline: `streams` decode streams start and run alone for `baseline_s` (their gaps after a
-short warm-up are the baseline); then every `inject_every_s` one long prompt (one output
-token) is sent, alternating between the plan's prompt lengths. A prefill window runs from
-an injection's send to its first token. A steady-stream gap that overlaps a prefill window
-is a gap "during prefill".
+short warm-up are the baseline); then one long prompt (one output token) at a time, every
+`inject_every_s` or as soon as the previous one has its token, alternating between the plan's
+prompt lengths, for `injection_s`. A prefill window runs from an injection's send to its first
+token. A steady-stream gap that overlaps a prefill window is a gap "during prefill".
 
 - inflation = mean gap during prefills / mean baseline gap, with a bootstrap interval that
   resamples both sets (interference.itl_inflation, the tree's Q6 figure). The mean, not the
@@ -49,12 +49,11 @@ BOUNDED_GROWTH = 1.4
 async def run_interference(ctx: ExperimentContext, plan: InterferencePlan, deadline: float) -> ExperimentOutcome:
     driver = ctx.driver
     t_start = time.perf_counter()
-    baseline_end = t_start + plan.baseline_s
-    end = min(baseline_end + plan.injection_s, deadline)
+    phase_over = asyncio.Event()
 
     async def steady_stream(slot: int) -> None:
         for k in range(1 + plan.stream_restarts):
-            if time.perf_counter() >= end:
+            if phase_over.is_set() or time.perf_counter() >= deadline:
                 return
             spec = RequestSpec(f"interference-steady-{slot}-{k}",
                                ctx.prompts.body(plan.stream_prompt_tokens, ctx.rng, ctx.endpoint),
@@ -63,13 +62,10 @@ async def run_interference(ctx: ExperimentContext, plan: InterferencePlan, deadl
             if await driver.send(spec) is None:
                 return
 
-    async def inject(k: int, at: float) -> None:
+    async def inject(k: int) -> None:
         n_tokens = plan.prompt_tokens[k % len(plan.prompt_tokens)]
         spec = RequestSpec(f"interference-inject-{k}", ctx.prompts.body(n_tokens, ctx.rng, ctx.endpoint), 1,
                            ctx.endpoint, "interference", "inject", tag=str(n_tokens), planned_prompt_tokens=n_tokens)
-        delay = at - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
         sent: list[float] = []
 
         def injected(t_send: float) -> None:  # written when the request leaves, not when it was due
@@ -91,16 +87,31 @@ async def run_interference(ctx: ExperimentContext, plan: InterferencePlan, deadl
                              t_first_token=None if record.ttft_s is None else round(record.t_send + record.ttft_s, 7),
                              fault=None if record.fault is None else record.fault.value)
 
+    async def injector(first: float, end: float) -> None:
+        # One prompt at a time, the next no sooner than `inject_every_s` after the previous was
+        # due: each prefill window then holds exactly one prefill, so the stall per prompt length
+        # is that prompt's own, and a slow engine gets fewer injections rather than a pile-up.
+        for k in range(plan.injections):
+            due = max(first + k * plan.inject_every_s, time.perf_counter())
+            if due >= end:
+                return
+            await asyncio.sleep(due - time.perf_counter())
+            await inject(k)
+
     ctx.events.event("interference-baseline", experiment="interference", streams=plan.streams)
     for i in range(plan.streams):
         driver.start_coroutine(steady_stream(i))  # tracked by the driver; stop_all ends them
-    await asyncio.sleep(max(0.0, baseline_end - time.perf_counter()))
-    ctx.events.event("interference-injections", experiment="interference", every_s=plan.inject_every_s)
-    injections = [driver.start_coroutine(inject(k, baseline_end + k * plan.inject_every_s))
-                  for k in range(plan.injections) if baseline_end + k * plan.inject_every_s < end]
-    await asyncio.sleep(max(0.0, end - time.perf_counter()))
-    if injections:  # let the last prefills finish: their windows are the point
-        await asyncio.wait(injections, timeout=max(0.0, deadline - time.perf_counter()))
+    await asyncio.sleep(max(0.0, t_start + plan.baseline_s - time.perf_counter()))
+    # The injections are timed from when this task actually woke up, not from when it should
+    # have: on a busy 2-core host the wake-up was once seconds late, and a schedule fixed in
+    # advance then fired every prompt at once, after the phase it belonged to was over.
+    baseline_end = time.perf_counter()
+    end = min(baseline_end + plan.injection_s, deadline)
+    ctx.events.event("interference-injections", experiment="interference", every_s=plan.inject_every_s,
+                     late_s=round(baseline_end - t_start - plan.baseline_s, 3))
+    task = driver.start_coroutine(injector(baseline_end, end))
+    await asyncio.wait([task], timeout=max(0.0, deadline - time.perf_counter()))  # the last prefill may finish
+    phase_over.set()
     await driver.stop_all("interference: phase over")
     return analyse_interference(ctx, plan, driver.records_of("interference", "steady"),
                                 driver.records_of("interference", "inject"), t_start, baseline_end)

@@ -61,7 +61,9 @@ class InterferencePlan:
     injection_s: float = 3.0
     inject_every_s: float = 0.4
     prompt_tokens: tuple[int, ...] = (768, 1536)  # alternated: does the stall grow with the prompt?
-    time_cap_s: float = 6.0
+    # baseline + injections + 4 s: room for the last prefill and for a late wake-up of the client
+    # on a busy host (the injection phase is timed from when it really starts).
+    time_cap_s: float = 9.0
 
     @property
     def injections(self) -> int:
@@ -75,8 +77,8 @@ class InterferencePlan:
         lengths = " or ".join(str(n) for n in self.prompt_tokens)
         return (f"{self.streams} steady streams ({self.stream_prompt_tokens} prompt, up to {self.stream_output_tokens} "
                 f"output tokens, restarted up to {self.stream_restarts}x) for {self.baseline_s:.1f} s alone, then one "
-                f"prompt of {lengths} tokens (1 output token) every {self.inject_every_s:g} s for "
-                f"{self.injection_s:.1f} s ({self.injections} injections)")
+                f"prompt of {lengths} tokens (1 output token) at a time, at most every {self.inject_every_s:g} s, "
+                f"for {self.injection_s:.1f} s (up to {self.injections} injections)")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from probes.results import Measurement, Provenance, percentile
 
 __all__ = ["ClientHealth", "HealthWindow", "LAG_FRACTION_OF_GAP", "CLIENT_CPU_CORES_BUSY", "HOST_BUSY_FRACTION",
-           "host_cpu_times"]
+           "STALL_S", "host_cpu_times"]
 
 LAG_INTERVAL_S = 0.005  # 200 wake-ups a second: negligible load, fine enough for 10 ms gaps
 # Loop lag (p99) at or above this share of the median gap may have shifted the timestamps.
@@ -36,6 +36,9 @@ LAG_FRACTION_OF_GAP = 0.25
 LAG_ABSOLUTE_S = 0.010  # used when no gap is known: 10 ms is the ITL histogram's smallest bucket
 CLIENT_CPU_CORES_BUSY = 0.8  # a single-threaded asyncio client saturates at one core
 HOST_BUSY_FRACTION = 0.90  # all cores nearly busy: someone waits for CPU, maybe us
+# A single oversleep this long is not timestamp jitter: the client did not run at all (seen on a
+# loaded 2-core host: 3-5 s with 0.03 s of client CPU), so timed phases may have been missed.
+STALL_S = 0.5
 
 
 def host_cpu_times(proc_stat: str | Path = "/proc/stat") -> tuple[float, float] | None:
@@ -101,6 +104,15 @@ class ClientHealth:
                        "on the same host: client and server competed for CPU, so latencies include waiting for "
                        "a core (run the client on another host to separate them)")
         return tuple(out)
+
+    def stall(self) -> str | None:
+        """Why a timed experiment may have found too little to measure: the client itself stalled."""
+        worst = self.loop_lag_max_s
+        if worst < STALL_S:
+            return None
+        busy = "" if self.host_busy_fraction is None else f", host CPUs {self.host_busy_fraction:.0%} busy"
+        return (f"the client's event loop stalled for up to {worst:.1f} s ({self.client_cpu_cores:.2f} client "
+                f"cores{busy}): the client was not scheduled, so its timed phases ran late")
 
     def describe(self) -> str:
         overhead = self.per_event_overhead_s
