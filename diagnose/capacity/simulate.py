@@ -11,7 +11,9 @@ The scheduler is vLLM's (V1) in the parts that set latency under load:
 - when a decode finds the KV cache full, the newest running request is preempted and
   recomputed later (vLLM's default on V1);
 - a step takes `StepModel.step_s(sequences, prefill tokens)`; its tokens arrive at its end;
-- before the engine, the front end handles one request at a time for `request_overhead_s`.
+- before the engine, the front end handles one request at a time for `request_overhead_s`,
+  and each request then takes `request_latency_s` more to reach the engine, overlapping with
+  the others (transport, the API server's hop to the engine).
 
 It is a model: no detokenizer or HTTP queueing beyond the fitted per-request overhead, one
 token per step (no speculative decoding). Its error against the live server is measured
@@ -109,11 +111,12 @@ def simulate(requests: Sequence[SimRequest], model: StepModel, limits: EngineLim
     outcomes = [SimOutcome(r) for r in requests]
     # The front end (HTTP, input processing) takes requests one at a time, `request_overhead_s`
     # each, before the engine sees them: a single asyncio process on vLLM, so it queues too.
+    # The hop to the engine (`request_latency_s`) overlaps: it delays a request, not the next one.
     ordered = sorted(zip(requests, outcomes), key=lambda p: p[0].arrival_s)
     ready, free_at = [], 0.0
     for r, o in ordered:
         free_at = max(free_at, r.arrival_s) + model.request_overhead_s
-        ready.append((free_at, r, o))
+        ready.append((free_at + model.request_latency_s, r, o))
     pending = deque(ready)
     waiting: deque[_Seq] = deque()
     running: list[_Seq] = []

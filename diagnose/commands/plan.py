@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from diagnose.capacity import CapacityPlan, MeasuredGoodput, ModelError, items_from_trace, plan_capacity
@@ -143,21 +144,25 @@ def _search_live(args, trace, items, limits, slo, model, validation):
     except ValueError as exc:
         raise UsageError(f"budget: {exc}") from None
     notes = []
+    trial_requests = min(args.trial_requests, len(trace))
     if model is not None:
-        g = predict_goodput(items, model, limits, slo, low_rps=PREDICTION_RANGE[0], high_rps=PREDICTION_RANGE[1],
-                            steps=16).goodput_rps or PREDICTION_RANGE[0]
+        # Centred on the goodput of what a trial sends (its first requests), not of the whole trace.
+        g = predict_goodput(items[:trial_requests], model, limits, slo, low_rps=PREDICTION_RANGE[0],
+                            high_rps=PREDICTION_RANGE[1], steps=16).goodput_rps or PREDICTION_RANGE[0]
         if not args.search_span > 1:
             raise UsageError("--search-span must be above 1 (the bracket is prediction / X to prediction x X)")
         low, high = g / args.search_span, g * args.search_span
     else:
         low, high = 0.5, 64.0
         notes.append("no model before the search: it spans 0.5-64 requests/s")
-    n = min(args.trial_requests, len(trace))
     try:
-        gplan = plan_goodput(budget, low, high, requests=n, steps=args.search_steps,
-                             workload=f"the trace's first {n} requests")
+        gplan = plan_goodput(budget, low, high, requests=trial_requests, steps=args.search_steps)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    # The budget may have cut the trial's size: every use below (what is sent, what is
+    # predicted, what is said) takes the planned size, so the two sides run the same requests.
+    n = gplan.requests
+    gplan = replace(gplan, workload=f"the trace's first {n} requests")
     print(f"Active goodput search will send streaming POST /v1/completions requests to {args.url}:\n  "
           f"{gplan.describe()}\n  budget: {budget.describe()} - a hard bound\n  besides: GET /v1/models and one "
           "POST /tokenize (to size prompts in tokens)", file=sys.stderr)

@@ -71,7 +71,8 @@ def console_text(plan: dict) -> str:
            f"  workload: {plan['workload']}",
            f"  model: step = {plan['model']['fixed_s'] * 1e3:.3f} ms + {plan['model']['per_seq_s'] * 1e3:.4f} ms x "
            f"sequences + {plan['model']['per_prefill_token_s'] * 1e6:.3f} us x prefill tokens; front end "
-           f"{plan['model']['request_overhead_s'] * 1e3:.2f} ms per request",
+           f"{plan['model']['request_overhead_s'] * 1e3:.2f} ms per request, one at a time, and "
+           f"{plan['model'].get('request_latency_s', 0.0) * 1e3:.2f} ms of overlapping latency",
            f"  {_error_text(plan)}",
            f"  GPUs per replica: {plan['tensor_parallel_size']} ({plan['tensor_parallel_source']})"]
     if (m := _measured_text(plan)) is not None:

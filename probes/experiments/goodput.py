@@ -5,7 +5,10 @@ Poisson rate (seeded: the arrival times of every trial are the same unit-rate dr
 by 1/rate, so trials differ in rate only), waits for it to drain, and asks `judge(records)`
 whether the objective held. The first two trials are the ends of the range (a broken low
 end or a met high end ends the search: goodput is out of range); then each trial halves the
-bracket on a geometric scale. The plan says what it will send before anything is sent, and
+bracket on a geometric scale. A low end that breaks is tried once more before it ends the
+search, and a rate counts as held if any of its trials held: a host stall only ever slows a
+trial down, and one stall (on a shared 2-core machine, a trial at a tenth of the predicted
+goodput broke once and held at the next try) must not end a search with no answer. The plan says what it will send before anything is sent, and
 every send passes the run's BudgetGuard.
 
 The judge is a plain callable, so this module knows nothing of how objectives are declared
@@ -36,7 +39,7 @@ DRAIN_FACTOR = 1.5  # a trial may take its arrival span x this, plus the drain a
 
 @dataclass(frozen=True)
 class GoodputPlan:
-    """What the live search will send: `2 + steps` trials at most, each `requests` requests."""
+    """What the live search will send: `3 + steps` trials at most (the low end may be tried twice), each `requests` requests."""
 
     low_rps: float
     high_rps: float
@@ -54,7 +57,7 @@ class GoodputPlan:
 
     @property
     def max_trials(self) -> int:
-        return 2 + self.steps
+        return 3 + self.steps  # both ends, the low end again if it broke, then the bisection
 
     @property
     def max_requests(self) -> int:
@@ -71,7 +74,8 @@ class GoodputPlan:
     def describe(self) -> str:
         what = f" of {self.workload}" if self.workload else ""
         return (f"a goodput search between {self.low_rps:g} and {self.high_rps:g} requests/s: at most "
-                f"{self.max_trials} trials (both ends, then {self.steps} bisection steps), each {self.requests} "
+                f"{self.max_trials} trials (both ends, the low end twice if it breaks, then {self.steps} bisection "
+                f"steps), each {self.requests} "
                 f"requests{what} at Poisson arrivals (seed {self.seed}), each cut after "
                 f"{self.trial_cap_s(self.low_rps):.0f} s at most; at most {self.max_requests} requests within "
                 f"{self.duration_bound_s:.0f} s")
@@ -122,35 +126,43 @@ class RateSearch:
     high_rps: float
     steps: int
     trials: list[Trial] = field(default_factory=list)
+    retry_broken_low: bool = False  # live: a broken low end gets a second trial (see the module docstring)
 
     def next_rate(self) -> float | None:
         """The next rate to try; None when the search is over."""
-        tried = {t.rate_rps for t in self.trials}
+        tried = [t.rate_rps for t in self.trials]
         if self.low_rps not in tried:
             return self.low_rps
         if self.goodput_rps is None:  # the low end broke (or could not be judged): below the range
-            return None
+            return self.low_rps if self.retry_broken_low and tried.count(self.low_rps) == 1 else None
         if self.high_rps not in tried:
             return self.high_rps
         met, broken = self.goodput_rps, self.broken_at_rps
-        if broken is None or len(self.trials) >= 2 + self.steps:
+        if broken is None or len(set(tried)) >= 2 + self.steps:
             return None
         return math.sqrt(met * broken)
 
     def record(self, trial: Trial) -> None:
         self.trials.append(trial)
 
+    def _held(self) -> dict[float, bool]:
+        """Per rate tried: whether any of its trials met the objective."""
+        held: dict[float, bool] = {}
+        for t in self.trials:
+            held[t.rate_rps] = held.get(t.rate_rps, False) or bool(t.met)
+        return held
+
     @property
     def goodput_rps(self) -> float | None:
         """The highest rate that met the objective below the lowest that broke it; None: none met."""
         broken = self.broken_at_rps
-        met = [t.rate_rps for t in self.trials if t.met and (broken is None or t.rate_rps < broken)]
+        met = [r for r, ok in self._held().items() if ok and (broken is None or r < broken)]
         return max(met) if met else None
 
     @property
     def broken_at_rps(self) -> float | None:
-        """The lowest rate that broke the objective (an unjudgeable trial counts as broken)."""
-        broken = [t.rate_rps for t in self.trials if not t.met]
+        """The lowest rate at which no trial met the objective (an unjudgeable trial counts as broken)."""
+        broken = [r for r, ok in self._held().items() if not ok]
         return min(broken) if broken else None
 
     @property
@@ -185,7 +197,7 @@ async def run_goodput_search(driver: Driver, plan: GoodputPlan, make_workload: C
                              judge: Judge) -> GoodputSearch:
     """Run the planned search. `make_workload(rate, trial)` gives one trial's requests (its
     pacing must be PoissonArrivals(rate, plan.seed)); `judge(records)` says (met, why)."""
-    search = RateSearch(plan.low_rps, plan.high_rps, plan.steps)
+    search = RateSearch(plan.low_rps, plan.high_rps, plan.steps, retry_broken_low=True)
     notes: list[str] = []
     records: list[RequestRecord] = []
     trial = 0
