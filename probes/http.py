@@ -46,6 +46,11 @@ API_KEY_ENV_VARS = ("LLM_DIAGNOSE_API_KEY", "OPENAI_API_KEY")  # first one set w
 DEFAULT_TIMEOUT_S = 5.0  # a /metrics page renders in milliseconds; 5 s means "not answering"
 DEFAULT_CONNECT_TIMEOUT_S = 3.0
 DEFAULT_CONNECTION_LIMIT = 16  # the scraper needs 1; the load driver raises it explicitly
+# Below the 5 s after which vLLM's uvicorn closes an idle connection (VLLM_HTTP_TIMEOUT_KEEP_ALIVE,
+# uvicorn's own default too). Reusing a connection at the moment the server closes it loses the
+# request: seen on a real vLLM, three requests of a ramp at once, on connections a burst had
+# opened together 5 s before, which then read as a server that stopped answering.
+KEEPALIVE_S = 4.0
 REDACTED = "***"
 # Query parameters that carry secrets in the wild (?api_key=..., ?token=...).
 _SECRET_QUERY_KEYS = frozenset({"api_key", "apikey", "key", "token", "access_token", "auth", "password", "secret"})
@@ -172,8 +177,9 @@ def make_session(*, timeout_s: float = DEFAULT_TIMEOUT_S, connect_timeout_s: flo
         headers["Authorization"] = f"Bearer {key}"
     timeout = aiohttp.ClientTimeout(total=timeout_s, connect=connect_timeout_s)
     # Keep-alive on: the scraper reuses one connection, so a scrape costs one request, not a
-    # TCP handshake. DNS is cached so a slow resolver is paid once per run.
-    connector = aiohttp.TCPConnector(limit=connection_limit, ttl_dns_cache=300)
+    # TCP handshake. DNS is cached so a slow resolver is paid once per run. An idle connection
+    # is dropped after KEEPALIVE_S, before the server drops it (see KEEPALIVE_S).
+    connector = aiohttp.TCPConnector(limit=connection_limit, ttl_dns_cache=300, keepalive_timeout=KEEPALIVE_S)
     return aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector, trust_env=trust_env)
 
 

@@ -236,6 +236,41 @@ def test_a_server_rejecting_an_extension_is_asked_again_without_it(fake):
     assert fake.requests == 2  # the retry happened once; the second request went straight through
 
 
+def test_a_request_lost_on_a_connection_the_server_closed_is_sent_again_once():
+    # FAKE: a server that reads a request and closes the connection without answering, as
+    # uvicorn does when a kept-alive connection's idle timeout fires just as it is reused (seen
+    # on real vLLM; it cannot be made to happen on demand). Then it answers normally.
+    accepted: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        await reader.readuntil(b"\r\n\r\n")
+        if len(accepted) != 2:  # all but the first request's second try
+            writer.close()
+            return
+        body = _chunk("a") + _chunk("b", "length") + _usage(3, 2) + b"data: [DONE]\n\n"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        await writer.drain()
+        writer.close()
+
+    async def go():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        try:
+            async with StreamingClient(url, "fake") as client:
+                first = await client.send(_spec("ok", 2))
+                second = await client.send(_spec("ok", 2))
+                return first, second, client.resent_stale
+        finally:
+            server.close()
+
+    first, second, resent = run(go())
+    assert first.completed and first.completion_tokens == 2  # the second try went through
+    # Sent again once only: a server that closes every connection is recorded as losing it.
+    assert second.fault is FaultKind.CONNECTION_LOST and resent == 2 and len(accepted) == 4
+
+
 # --- faults: each recorded as itself, never as a fast response ------------------------------------
 @pytest.mark.parametrize("prompt, kind, status", [
     ("429", FaultKind.RATE_LIMITED, 429),

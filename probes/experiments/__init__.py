@@ -155,7 +155,8 @@ async def run_experiments(base_url: str, model: str | None, budget: ActiveBudget
             results.update(run_health.health.measurements(source))
             results.update(_run_summary(driver, source, run_health.health.window_s))
             events_out.event("run-end", sent=guard.sent, not_sent=driver.not_sent, budget=guard.describe(),
-                             server_gone=driver.server_gone, notes=[*ctx.notes, *client.negotiated])
+                             server_gone=driver.server_gone, resent_on_closed_connection=client.resent_stale,
+                             notes=[*ctx.notes, *client.negotiated])
     finally:
         requests_out.close()
         events_out.close()

@@ -150,6 +150,7 @@ class StreamingClient:
         self.texts: dict[str, str] = {}
         self.unsupported: set[str] = set()  # optional extensions this server rejected
         self.negotiated: list[str] = []  # what was dropped, and why
+        self.resent_stale = 0  # requests sent again after a kept-alive connection closed under them
 
     async def __aenter__(self) -> "StreamingClient":
         _raise_fd_limit(self.max_streams + _FD_HEADROOM)
@@ -208,8 +209,16 @@ class StreamingClient:
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
+            resent = False
             while True:
                 record, stream, cancelled = await self._attempt(spec, deadline)
+                if not (resent or cancelled) and _closed_before_answering(record):
+                    # A kept-alive connection the server closed as we reused it: it never read the
+                    # request. Sent once more, on a fresh connection; a server that is really gone
+                    # fails that too, and the record says so.
+                    resent = True
+                    self.resent_stale += 1
+                    continue
                 dropped = _rejected_extension(record, self.unsupported)
                 if dropped is None or cancelled:
                     break
@@ -298,6 +307,12 @@ class StreamingClient:
             finish_reason=None if stream.fault is not None else stream.finish, fault=stream.fault,
             fault_detail=stream.detail, handling_s=handling)
         return record, stream, cancelled
+
+
+def _closed_before_answering(record: RequestRecord) -> bool:
+    """The connection was closed under the request before any answer (no status, no event)."""
+    return (record.fault is FaultKind.CONNECTION_LOST and record.http_status is None and not record.event_times
+            and "ServerDisconnectedError" in record.fault_detail)
 
 
 def _rejected_extension(record: RequestRecord, already: set[str]) -> str | None:
