@@ -3,10 +3,14 @@
 Two questions:
 1. What does one scrape cost? GET /metrics on an idle server, and parsing the page, timed
    separately and together (median and spread over `--scrapes` repetitions).
-2. Does a 1-second scrape loop slow the server down? The same closed-loop workload runs
-   with and without a scraper beside it (in its own process, as llm-diagnose would be),
-   alternating A B B A ... so slow drift hits both arms equally; the difference of the
-   medians is compared with the run-to-run spread of each arm.
+2. Does a 1-second scrape loop slow the server down? The same short closed-loop workload
+   runs without (A) and with (B) a 1 s scrape loop beside it, in pairs (A B B A ...), so slow
+   drift hits both arms alike. The scraper is one process for the whole benchmark (as
+   llm-diagnose would be), alive in both arms and scraping only in B: an earlier version
+   started a fresh interpreter for each B run, and its start-up CPU landed in B's timed
+   window. The answer is the median of the per-pair relative differences with a bootstrap
+   95% interval: the overhead is within the noise when the interval holds 0, and the
+   interval's width is what this machine can resolve.
 
 Usage (starts its own tiny-model vLLM CPU server unless --url is given):
     python benchmarks/bench_scrape.py [--url http://127.0.0.1:8000] [--pairs 4] [--json out.json]
@@ -33,10 +37,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probes.http import get_text, make_session  # noqa: E402
 from probes.metrics import parse_exposition  # noqa: E402
 
+# One process for the whole benchmark: SIGUSR1 starts a 1 s scrape loop, SIGUSR2 stops it.
+# It prints "ready" once imported, and "on"/"off" once each signal has taken effect.
 SCRAPER_CODE = """
-import asyncio, sys
+import asyncio, signal, sys
 from probes.metrics import scrape_window
-asyncio.run(scrape_window(sys.argv[1], 3600.0, interval_s=1.0))
+
+async def main():
+    loop, state = asyncio.get_running_loop(), {}
+    def on():
+        state["stop"] = asyncio.Event()
+        state["task"] = loop.create_task(scrape_window(sys.argv[1], 3600.0, interval_s=1.0, stop=state["stop"]))
+        print("on", flush=True)
+    def off():
+        state["stop"].set()
+        print("off", flush=True)
+    loop.add_signal_handler(signal.SIGUSR1, on)
+    loop.add_signal_handler(signal.SIGUSR2, off)
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
 """
 
 
@@ -101,19 +122,48 @@ async def workload(url: str, model: str, requests: int, concurrency: int, max_to
         return tokens / (time.perf_counter() - t0)
 
 
-def run_arm(url: str, model: str, with_scraper: bool, args: argparse.Namespace) -> float:
-    scraper = None
-    if with_scraper:
+class Scraper:
+    """The scraper child process (see SCRAPER_CODE)."""
+
+    def __init__(self, url: str) -> None:
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-        scraper = subprocess.Popen([sys.executable, "-c", SCRAPER_CODE, url + "/metrics"], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(1.5)  # interpreter start and first scrape happen before the timed workload
+        self.proc = subprocess.Popen([sys.executable, "-c", SCRAPER_CODE, url + "/metrics"], env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self._expect("ready")
+
+    def _expect(self, word: str) -> None:
+        line = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
+        if line != word:
+            raise RuntimeError(f"scraper process said {line!r}, expected {word!r}")
+
+    def switch(self, on: bool) -> None:
+        self.proc.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2)
+        self._expect("on" if on else "off")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def run_arm(url: str, model: str, scraper: Scraper, scraping: bool, args: argparse.Namespace) -> float:
+    if scraping:
+        scraper.switch(True)
+        time.sleep(0.2)  # the first scrape is under way before the timed workload
     try:
         return asyncio.run(workload(url, model, args.requests, args.concurrency, args.max_tokens))
     finally:
-        if scraper is not None:
-            scraper.send_signal(signal.SIGTERM)
-            scraper.wait(10)
+        if scraping:
+            scraper.switch(False)
+
+
+def paired_change(pairs: list[tuple[float, float]], resamples: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """Median of the per-pair relative changes (with / without - 1), and its bootstrap 95% interval."""
+    import numpy as np
+
+    changes = np.array([b / a - 1 for a, b in pairs])
+    rng = np.random.default_rng(seed)
+    boot = np.sort(np.median(changes[rng.integers(0, len(changes), (resamples, len(changes)))], axis=1))
+    return float(np.median(changes)), float(boot[int(0.025 * resamples)]), float(boot[int(0.975 * resamples) - 1])
 
 
 def main() -> int:
@@ -121,8 +171,8 @@ def main() -> int:
     ap.add_argument("--url", help="an already running vLLM server (default: start a tiny-model one)")
     ap.add_argument("--model", default="tiny-llama")
     ap.add_argument("--scrapes", type=int, default=50)
-    ap.add_argument("--pairs", type=int, default=4, help="A/B pairs of the throughput workload")
-    ap.add_argument("--requests", type=int, default=48)
+    ap.add_argument("--pairs", type=int, default=20, help="A/B pairs of the throughput workload")
+    ap.add_argument("--requests", type=int, default=24)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--json", type=Path, help="also write the figures here")
@@ -142,25 +192,29 @@ def main() -> int:
         asyncio.run(workload(url, args.model, 8, 4, 16))  # warm-up: first requests compile/allocate
         scrape = asyncio.run(time_scrapes(url, args.scrapes, server.pid if server is not None else None))
         load_before = os.getloadavg()
-        order = []
-        for i in range(args.pairs):
-            order += [False, True] if i % 2 == 0 else [True, False]  # A B B A A B ...
         results: dict[str, list[float]] = {"without": [], "with": []}
-        for with_scraper in order:
-            tps = run_arm(url, args.model, with_scraper, args)
-            results["with" if with_scraper else "without"].append(tps)
-            print(f"  {'with' if with_scraper else 'without':7s} scraper: {tps:8.1f} tok/s", file=sys.stderr)
+        pairs: list[tuple[float, float]] = []
+        scraper = Scraper(url)
+        try:
+            for i in range(args.pairs):
+                tps = {}
+                for scraping in ((False, True) if i % 2 == 0 else (True, False)):  # A B, then B A, ...
+                    tps[scraping] = run_arm(url, args.model, scraper, scraping, args)
+                    results["with" if scraping else "without"].append(tps[scraping])
+                pairs.append((tps[False], tps[True]))
+                print(f"  pair {i + 1}: without {tps[False]:8.1f}, with {tps[True]:8.1f} tok/s", file=sys.stderr)
+        finally:
+            scraper.close()
     finally:
         if server is not None:
             server.stop()
 
     a, b = quantiles(results["without"]), quantiles(results["with"])
-    diff = (b["median"] - a["median"]) / a["median"]
-    spread = max((a["max"] - a["min"]) / a["median"], (b["max"] - b["min"]) / b["median"])
+    diff, lo, hi = paired_change(pairs)
     figures = {"scrape": scrape, "throughput_tok_s": {"without_scraper": results["without"],
                                                         "with_scraper": results["with"],
                                                         "without": a, "with": b},
-               "median_difference": diff, "largest_arm_range": spread, "within_noise": abs(diff) <= spread,
+               "paired_change": {"median": diff, "ci95": [lo, hi]}, "within_noise": lo <= 0 <= hi,
                "loadavg_1m_before_after": [load_before[0], os.getloadavg()[0]], "cpus": os.cpu_count(),
                "workload": {"requests": args.requests, "concurrency": args.concurrency,
                             "max_tokens": args.max_tokens, "pairs": args.pairs}}
@@ -173,8 +227,9 @@ def main() -> int:
         print(f"API-server CPU per scrape: {cpu:.1f} ms (a 1 s loop costs the server {cpu / 10:.1f}% of one core)")
     print(f"throughput without scraper: median {a['median']:.1f} tok/s (range {a['min']:.1f}-{a['max']:.1f})")
     print(f"throughput with 1 s scraper: median {b['median']:.1f} tok/s (range {b['min']:.1f}-{b['max']:.1f})")
-    print(f"difference of medians {diff * 100:+.1f}% vs largest within-arm range {spread * 100:.1f}%: "
-          f"{'within' if abs(diff) <= spread else 'OUTSIDE'} the noise")
+    print(f"throughput change with the scraper, median of {len(pairs)} pairs: {diff * 100:+.1f}% "
+          f"(95% interval {lo * 100:+.1f}% to {hi * 100:+.1f}%): "
+          f"{'within' if lo <= 0 <= hi else 'OUTSIDE'} the noise")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0
