@@ -252,6 +252,23 @@ def test_report_sections_escape_and_draw_the_plan():
     assert "today" in report_capacity.console_text(data)
 
 
+def test_every_report_format_carries_the_plan_of_its_run_folder(tmp_path, capsys):
+    from diagnose.report.capacity import PLAN_FILE
+    from tests.evidence_builders import build
+
+    (tmp_path / "evidence.json").write_text(build().to_json())
+    plan = plan_capacity(_PLAN_ITEMS, MODEL, LIMITS, SLO_TTFT, 40.0, workload="w.jsonl")
+    (tmp_path / PLAN_FILE).write_text(json.dumps(plan.to_dict()))
+    assert main(["report", str(tmp_path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["capacity_plan"]["target_rps"] == 40.0 and doc["capacity_plan"]["scenarios"][0]["name"] == "today"
+    assert main(["report", str(tmp_path), "--format", "md"]) == 0
+    assert "| today |" in capsys.readouterr().out
+    (tmp_path / PLAN_FILE).unlink()
+    assert main(["report", str(tmp_path), "--format", "json"]) == 0
+    assert "capacity_plan" not in json.loads(capsys.readouterr().out)
+
+
 def test_cli_plan_without_slo_is_a_usage_error(tmp_path, capsys):
     (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n')
     code = main(["plan", "--evidence", str(tmp_path), "--trace", str(tmp_path / "t.jsonl"), "--target-rps", "5"])

@@ -17,7 +17,7 @@ from diagnose.diagnosis import DIAGNOSIS_SCHEMA, Diagnosis
 from diagnose.errors import UsageError
 from diagnose.evidence import SCHEMA as EVIDENCE_SCHEMA
 from diagnose.evidence import Evidence, EvidenceError
-from diagnose.report import html, markdown
+from diagnose.report import capacity, html, markdown
 from diagnose.report import json as report_json
 from diagnose.runfolder import DIAGNOSIS, EVIDENCE, write_atomic
 from diagnose.slo import SLO
@@ -135,8 +135,6 @@ def _format(args: argparse.Namespace) -> str:
 
 def _capacity_markdown(run_dir: Path | None) -> str:
     """The capacity-plan section, when `llm-diagnose plan --out` wrote one into the run folder."""
-    from diagnose.report import capacity
-
     plan = capacity.load_plan(run_dir)
     return "" if plan is None else "\n" + "\n".join(capacity.markdown_lines(plan))
 
@@ -153,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
         text = markdown.render(loaded.diagnosis, loaded.evidence, include_prompts=args.include_prompts)
         text += _capacity_markdown(loaded.run_dir)
     else:
-        text = report_json.render(loaded.diagnosis, loaded.evidence, include_prompts=args.include_prompts)
+        text = report_json.render(loaded.diagnosis, loaded.evidence, include_prompts=args.include_prompts,
+                                  capacity_plan=capacity.load_plan(loaded.run_dir))
     if loaded.note:
         print(f"llm-diagnose: {loaded.note}", file=sys.stderr)
     if args.out is None:

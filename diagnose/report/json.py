@@ -278,8 +278,13 @@ def _scrub_all(obj, scrub: _Redactor):
     return obj
 
 
-def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_prompts: bool = False) -> str:
-    """The JSON report: the content above, plus the complete diagnosis for machines."""
+def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_prompts: bool = False,
+           capacity_plan: dict | None = None) -> str:
+    """The JSON report: the content above, plus the complete diagnosis for machines, and the
+    capacity plan (`llm-diagnose plan --out`) where the run folder has one."""
     doc = content(diagnosis, evidence, include_prompts=include_prompts)
-    doc["diagnosis"] = _scrub_all(diagnosis.to_dict(), _Redactor(evidence, include_prompts))
+    scrub = _Redactor(evidence, include_prompts)
+    doc["diagnosis"] = _scrub_all(diagnosis.to_dict(), scrub)
+    if capacity_plan is not None:
+        doc["capacity_plan"] = _scrub_all(capacity_plan, scrub)
     return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
