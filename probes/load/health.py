@@ -110,16 +110,18 @@ class ClientHealth:
         worst = self.loop_lag_max_s
         if worst < STALL_S:
             return None
-        busy = "" if self.host_busy_fraction is None else f", host CPUs {self.host_busy_fraction:.0%} busy"
         return (f"the client's event loop stalled for up to {worst:.1f} s ({self.client_cpu_cores:.2f} client "
-                f"cores{busy}): the client was not scheduled, so its timed phases ran late")
+                f"cores{self._host_busy_text()}): the client was not scheduled, so its timed phases ran late")
+
+    def _host_busy_text(self) -> str:
+        return "" if self.host_busy_fraction is None else f", host CPUs {self.host_busy_fraction:.0%} busy"
 
     def describe(self) -> str:
         overhead = self.per_event_overhead_s
-        host = "" if self.host_busy_fraction is None else f", host CPUs {self.host_busy_fraction:.0%} busy"
         return (f"client: loop lag p99 {self.loop_lag_p99_s * 1e3:.2f} ms (max {self.loop_lag_max_s * 1e3:.1f} ms), "
                 f"{self.client_cpu_cores:.2f} cores"
-                + (f", {overhead * 1e6:.1f} us per token event" if overhead is not None else "") + host)
+                + (f", {overhead * 1e6:.1f} us per token event" if overhead is not None else "")
+                + self._host_busy_text())
 
     def measurements(self, source: str) -> dict[str, Measurement]:
         """The client's own figures as evidence (client.* keys), so a report can show them."""
