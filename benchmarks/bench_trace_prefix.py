@@ -4,12 +4,14 @@ Both run in the same process on the same generated traces, and their per-request
 checked equal before any figure is printed. Measured:
 
 - core, token-id input: prompt tokens per second, from token arrays already in memory
-  (numpy uint32 arrays for the fast path, Python lists for the reference: each its natural
-  input), without and with an LRU at a KV capacity;
-- core, hash-id input (Mooncake): requests per second, likewise;
+  (numpy uint32 arrays for the fast path, as its reader makes them; Python lists for the
+  reference, as json.loads makes them), without and with an LRU at a KV capacity;
+- core, hash-id input (Mooncake): requests per second, from the parsed trace in memory: the
+  column batches the numpy reader makes (`read_hash_id_batches`) for the fast path, the lists
+  json.loads makes for the reference; and the fast path from those same Python lists too;
 - end to end from a JSONL file (reading and parsing included): `analyze_trace` against
-  json.loads + the reference;
-- peak memory (max RSS of a child process) of `analyze_trace` on a large hash-id trace.
+  json.loads + the reference, and for Mooncake also the numpy reader + hits alone;
+- peak memory (the child's VmHWM) of `analyze_trace` on a large hash-id trace.
 
 Run it pinned to one core and then two, e.g.
     taskset -c 0 python3 benchmarks/bench_trace_prefix.py
@@ -33,10 +35,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from probes.traces import analyze_trace  # noqa: E402
-from probes.traces.analysis import BATCH_REQUESTS, BATCH_TOKENS, batch_cost, hash_id_batch, token_batch  # noqa: E402
+from probes.traces.analysis import (BATCH_REQUESTS, BATCH_TOKENS, full_block_ids, hash_id_batch,  # noqa: E402
+                                    token_batch)
 from probes.traces.hashing import chained_block_hashes  # noqa: E402
 from probes.traces.prefix import PrefixAnalyzer  # noqa: E402
-from probes.traces.records import TraceRequest  # noqa: E402
+from probes.traces.readers import read_hash_id_batches  # noqa: E402
+from probes.traces.records import LineLog  # noqa: E402
 from probes.traces.reference import reference_prefix_hits  # noqa: E402
 
 
@@ -99,16 +103,32 @@ def fast_tokens(prompts: list[np.ndarray], block_size: int, capacity: int | None
     return np.concatenate(hits), (np.concatenate(lru) if lru else None)
 
 
-def fast_hash_ids(prompts: list[list[int]], capacity_blocks: int | None, structure: bool = False):
+def fast_hash_ids(batches, capacity_blocks: int | None, structure: bool = False):
+    """The analysis's prefix path on hash-id batches as the numpy reader makes them (columns)."""
     an = PrefixAnalyzer(512, None if capacity_blocks is None else capacity_blocks * 512, small_ids=True,
                         reuse_structure=structure)
     hits, lru = [], []
-    for part in batches(prompts, lambda p: batch_cost(TraceRequest(0, hash_ids=p))):
-        r = an.add(*hash_id_batch(part, [None] * len(part)))
+    for b in batches:
+        r = an.add(*full_block_ids(b.hash_ids, b.counts, b.input_tokens))
         hits.append(r.hit_blocks)
         if r.lru_hit_blocks is not None:
             lru.append(r.lru_hit_blocks)
     return np.concatenate(hits), (np.concatenate(lru) if lru else None)
+
+
+def fast_hash_id_lists(prompts: list[list[int]], batch_requests: int):
+    """The same, from Python lists (what a caller holding json's lists would pass): flattened first."""
+    an = PrefixAnalyzer(512, None, small_ids=True, reuse_structure=False)
+    parts = [prompts[lo:lo + batch_requests] for lo in range(0, len(prompts), batch_requests)]
+    return np.concatenate([an.add(*hash_id_batch(part, [None] * len(part))).hit_blocks for part in parts])
+
+
+def write_mooncake(path: Path, prompts: list[list[int]]) -> None:
+    """Mooncake's JSONL layout; every id a full block (input_length = 512 per id), as the reference sees them."""
+    with open(path, "w") as f:
+        for i, p in enumerate(prompts):
+            row = {"timestamp": i, "input_length": len(p) * 512, "output_length": 10, "hash_ids": p}
+            f.write(json.dumps(row) + "\n")
 
 
 def best_of(repeats: int, fn):
@@ -127,6 +147,19 @@ def best_of(repeats: int, fn):
     return wall, cpu, result
 
 
+def side_by_side(repeats: int, ref_fn, fast_fn):
+    """best_of for both sides, their runs taking turns: a change in the machine's load during the
+    measurement falls on both alike. Returns (wall, cpu), result of the reference, then of the fast path."""
+    ref_times, fast_times = [], []
+    for _ in range(repeats):
+        *t, ref = best_of(1, ref_fn)
+        ref_times.append(t)
+        *t, fast = best_of(1, fast_fn)
+        fast_times.append(t)
+    best = lambda times: (min(w for w, _ in times), min(c for _, c in times))  # noqa: E731
+    return best(ref_times), ref, best(fast_times), fast
+
+
 def check(ref, fast_unlimited, fast_lru) -> None:
     assert [u for u, _ in ref] == fast_unlimited.tolist(), "unlimited-cache hits differ from the reference"
     if fast_lru is not None:
@@ -143,13 +176,13 @@ def row(name, unit, work, ref, fast):
 
 def bench_core(tokens: int, hash_requests: int, capacity_tokens: int, repeats: int) -> list[dict]:
     rows = []
-    ref_repeats = max(1, repeats - 1)
     prompts = token_trace(tokens)
     lists = [p.tolist() for p in prompts]
     ntok = sum(len(p) for p in prompts)
     for cap in (None, capacity_tokens):
-        *t_ref, ref = best_of(ref_repeats, lambda: reference_prefix_hits(lists, 16, None if cap is None else cap // 16))
-        *t_fast, (u, lru) = best_of(repeats, lambda: fast_tokens(prompts, 16, cap))
+        t_ref, ref, t_fast, (u, lru) = side_by_side(
+            repeats, lambda: reference_prefix_hits(lists, 16, None if cap is None else cap // 16),
+            lambda: fast_tokens(prompts, 16, cap))
         check(ref, u, lru)
         name = "token ids, block 16, unlimited cache" if cap is None else f"token ids, block 16, + LRU of {cap} tokens"
         rows.append(row(name, "prompt tokens/s", ntok, t_ref, t_fast))
@@ -158,26 +191,35 @@ def bench_core(tokens: int, hash_requests: int, capacity_tokens: int, repeats: i
             rows.append(row("  ... vectorised with groups and multi-turn too (reference: hits only)",
                             "prompt tokens/s", ntok, t_ref, t_full))
     # vLLM on CPU uses 128-token blocks: fewer blocks per token for both implementations.
-    *t_ref, ref = best_of(ref_repeats, lambda: reference_prefix_hits(lists, 128, None))
-    *t_fast, (u, _) = best_of(repeats, lambda: fast_tokens(prompts, 128, None))
+    t_ref, ref, t_fast, (u, _) = side_by_side(repeats, lambda: reference_prefix_hits(lists, 128, None),
+                                              lambda: fast_tokens(prompts, 128, None))
     check(ref, u, None)
     rows.append(row("token ids, block 128, unlimited cache", "prompt tokens/s", ntok, t_ref, t_fast))
     ids = hash_id_trace(hash_requests)
     cap_blocks = capacity_tokens // 512
+    with tempfile.TemporaryDirectory() as tmp:  # the fast path's input: what its reader makes of the file
+        path = Path(tmp) / "core_mooncake.jsonl"
+        write_mooncake(path, ids)
+        columns = list(read_hash_id_batches(str(path), LineLog(str(path), False)))
+    per_batch = max(b.requests for b in columns)
     for cap in (None, cap_blocks):
-        *t_ref, ref = best_of(ref_repeats, lambda: reference_prefix_hits(ids, 512, cap, hash_ids=True))
-        *t_fast, (u, lru) = best_of(repeats, lambda: fast_hash_ids(ids, cap))
+        t_ref, ref, t_fast, (u, lru) = side_by_side(
+            repeats, lambda: reference_prefix_hits(ids, 512, cap, hash_ids=True), lambda: fast_hash_ids(columns, cap))
         check(ref, u, lru)
         name = "hash ids (Mooncake), unlimited cache" if cap is None else f"hash ids, + LRU of {cap * 512} tokens"
         rows.append(row(name, "requests/s", len(ids), t_ref, t_fast))
         if cap is None:
-            *t_full, _ = best_of(repeats, lambda: fast_hash_ids(ids, None, structure=True))
+            *t_full, _ = best_of(repeats, lambda: fast_hash_ids(columns, None, structure=True))
             rows.append(row("  ... vectorised with groups and multi-turn too (reference: hits only)",
                             "requests/s", len(ids), t_ref, t_full))
+            *t_lists, u = best_of(repeats, lambda: fast_hash_id_lists(ids, per_batch))
+            check(ref, u, None)
+            rows.append(row("  ... vectorised from the same Python lists as the reference (flattened first)",
+                            "requests/s", len(ids), t_ref, t_lists))
     return rows
 
 
-def bench_files(tokens: int, hash_requests: int) -> list[dict]:
+def bench_files(tokens: int, hash_requests: int, repeats: int = 3) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tok_path = Path(tmp) / "tokens.jsonl"
@@ -191,16 +233,19 @@ def bench_files(tokens: int, hash_requests: int) -> list[dict]:
             with open(path, "rb") as f:
                 return reference_prefix_hits((json.loads(line)[key] for line in f), 16 if key != "hash_ids" else 512, **kw)
 
-        *t_ref, _ = best_of(2, lambda: ref_file(tok_path, "prompt_token_ids"))
-        *t_fast, _ = best_of(2, lambda: analyze_trace(tok_path))
+        t_ref, _, t_fast, _ = side_by_side(repeats, lambda: ref_file(tok_path, "prompt_token_ids"),
+                                           lambda: analyze_trace(tok_path))
         rows.append(row("file, token-id JSONL: analyze_trace, all statistics (reference: json + hits only)",
                         "prompt tokens/s", ntok, t_ref, t_fast))
         mc_path = Path(tmp) / "mooncake.jsonl"
-        with open(mc_path, "w") as f:
-            for i, p in enumerate(hash_id_trace(hash_requests, seed=1)):
-                f.write(json.dumps({"timestamp": i, "input_length": len(p) * 512, "output_length": 10, "hash_ids": p}) + "\n")
-        *t_ref, _ = best_of(2, lambda: ref_file(mc_path, "hash_ids", hash_ids=True))
-        *t_fast, _ = best_of(2, lambda: analyze_trace(mc_path))
+        write_mooncake(mc_path, hash_id_trace(hash_requests, seed=1))
+        t_ref, ref, t_fast, (u, _) = side_by_side(
+            repeats, lambda: ref_file(mc_path, "hash_ids", hash_ids=True),
+            lambda: fast_hash_ids(read_hash_id_batches(str(mc_path), LineLog("", False)), None))
+        check(ref, u, None)
+        rows.append(row("file, Mooncake JSONL: numpy reader + hits (reference: json + hits)",
+                        "requests/s", hash_requests, t_ref, t_fast))
+        *t_fast, _ = best_of(repeats, lambda: analyze_trace(mc_path))
         rows.append(row("file, Mooncake JSONL: analyze_trace, all statistics (reference: json + hits only)",
                         "requests/s", hash_requests, t_ref, t_fast))
     return rows
@@ -232,7 +277,7 @@ def main(argv=None) -> int:
     ap.add_argument("--file-tokens", type=int, default=4_000_000)
     ap.add_argument("--file-requests", type=int, default=200_000)
     ap.add_argument("--capacity-tokens", type=int, default=1_000_000)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5, help="best of this many runs, each side, in the core cases")
     ap.add_argument("--memory-trace", help="a large hash-id JSONL for the peak-memory run (e.g. 10 M requests)")
     ap.add_argument("--memory-only", action="store_true", help="only the peak-memory runs")
     ap.add_argument("--json", help="also write the figures here")
@@ -240,7 +285,7 @@ def main(argv=None) -> int:
     cpus = sorted(os.sched_getaffinity(0))
     print(f"# cpus {cpus}, numpy {np.__version__}, python {sys.version.split()[0]}")
     rows = [] if args.memory_only else bench_core(args.tokens, args.hash_requests, args.capacity_tokens, args.repeats)
-    rows += [] if args.memory_only else bench_files(args.file_tokens, args.file_requests)
+    rows += [] if args.memory_only else bench_files(args.file_tokens, args.file_requests, max(1, args.repeats - 2))
     print(f"# load average before: {os.getloadavg()[0]:.1f}")
     print("| case | unit | pure Python (per CPU s) | vectorised (per CPU s) | speedup (CPU) | speedup (wall) |")
     print("|---|---|---:|---:|---:|---:|")

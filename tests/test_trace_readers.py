@@ -223,3 +223,97 @@ def test_records_built_directly_equal_the_named_constructor():
     r = _parse_mooncake({"timestamp": 1500, "input_length": 600, "output_length": 7, "hash_ids": [3, 4]}, 9)
     assert r == TraceRequest(line=9, timestamp_s=1.5, input_tokens=600, output_tokens=7, hash_ids=[3, 4])
     assert len(TraceRequest._fields) == 10  # the direct construction lists all ten fields
+
+
+# --- the numpy reader of hash-id traces (numeric_lines) against json, line by line -----------------
+def _odd_mooncake_lines(rng, odd_share: float = 0.15) -> list[str]:
+    """Mooncake lines in the canonical layout, with every kind of line that leaves it mixed in."""
+    def line(i):
+        ids = [rng.randrange(0, 40)] + list(range(1000 + 10 * i, 1000 + 10 * i + rng.randrange(0, 5)))
+        return {"timestamp": 27 * i, "input_length": 512 * len(ids) - rng.randrange(0, 600), "output_length": i % 9,
+                "hash_ids": ids}
+
+    odd = [
+        lambda i: json.dumps(line(i)).replace(": ", ":"),  # other spacing
+        lambda i: json.dumps(dict(reversed(list(line(i).items())))),  # other key order
+        lambda i: json.dumps({**line(i), "timestamp": 27.5 * i}),  # a float
+        lambda i: json.dumps({**line(i), "hash_ids": [1, -2]}),  # a negative id (skipped)
+        lambda i: json.dumps(line(i)).replace("[", "[007, "),  # a leading zero: not JSON (skipped)
+        lambda i: json.dumps({**line(i), "hash_ids": [10 ** 16 - 1, 10 ** 15 + 7, 12345678, 123456789]}),  # 16 digits
+        lambda i: json.dumps({**line(i), "hash_ids": [10 ** 17 + 3, 4]}),  # 18 digits: json's to read
+        lambda i: json.dumps({**line(i), "hash_ids": []}),  # an empty list
+        lambda i: "",  # a blank line
+        lambda i: json.dumps(line(i)) + "\r",  # a CR LF line end
+        lambda i: "{not json",
+        lambda i: json.dumps({k: v for k, v in line(i).items() if k != "input_length"}),  # a field missing
+        lambda i: json.dumps({**line(i), "extra": 5}),  # a field more
+        lambda i: json.dumps({**line(i), "output_length": True}),  # a boolean
+    ]
+    out = []
+    for i in range(300):
+        out.append(rng.choice(odd)(i) if rng.random() < odd_share else json.dumps(line(i)))
+    return out
+
+
+@pytest.mark.parametrize("seed, odd_share", [(0, 0.15), (1, 0.15), (2, 0.6)])
+@pytest.mark.parametrize("chunk_bytes", [64, 1000, 1 << 21])
+def test_numpy_reader_of_hash_ids_reads_what_json_reads(tmp_path, seed, odd_share, chunk_bytes):
+    import random
+
+    import numpy as np
+
+    from probes.traces.readers import hash_id_records_batch, read_hash_id_batches
+
+    rng = random.Random(seed)
+    path = tmp_path / "m.jsonl"
+    lines = _odd_mooncake_lines(rng, odd_share)
+    text = "\n".join(lines) + ("\n" if seed else "")  # seed 0: no newline after the last line
+    path.write_text(text)
+    json_records, json_report = _read(path, "mooncake")
+    log = LineLog(str(path), False)
+    batches = list(read_hash_id_batches(str(path), log, chunk_bytes=chunk_bytes))
+    want = hash_id_records_batch(json_records)
+    for field in want._fields:
+        dtype = getattr(want, field).dtype  # (ids: int64 from numpy, uint64 from json)
+        got = np.concatenate([getattr(b, field).astype(dtype) for b in batches])
+        assert np.array_equal(got, getattr(want, field), equal_nan=True), field
+    assert log.report() == json_report
+    assert json_report.skipped > 0 and json_report.requests > 200
+
+
+def test_hash_id_analysis_is_the_same_through_json(tmp_path, monkeypatch):
+    import random
+
+    from probes.traces import readers, synthetic
+
+    path = tmp_path / "m.jsonl"
+    synthetic.mooncake_hash_ids(path, n=5000, groups=30, shared_blocks=3)
+    with open(path, "a") as f:
+        f.write("\n".join(_odd_mooncake_lines(random.Random(5))) + "\n")
+    fast = analyze_trace(path, kv_capacity_tokens=512 * 200).to_dict()
+    monkeypatch.setattr(readers, "_learn_layout", lambda chunk, keys: None)  # every line through json
+    slow = analyze_trace(path, kv_capacity_tokens=512 * 200).to_dict()
+    fast.pop("taken_at"), slow.pop("taken_at")
+    assert fast == slow
+
+
+def test_line_layout_takes_numbers_only():
+    from probes.traces.numeric_lines import LineLayout
+
+    assert LineLayout.learn(b'{"timestamp": 1, "hash_ids": [1, 2]}') is not None
+    for raw in (b'{"timestamp": 1.5, "hash_ids": [1, 2]}', b'{"t": true, "hash_ids": [1, 2]}',
+                b'{"model": "m", "hash_ids": [1, 2]}', b'{"hash_ids": [[1], [2]]}', b'{"a": [1, 2], "b": [3, 4]}',
+                b'{"hash_ids": [1]}', b'[1, 2]', b'{"k2": 1, "hash_ids": [1, 2]}', b'{not json'):
+        assert LineLayout.learn(raw) is None, raw
+
+
+def test_numeric_lines_values_of_every_length():
+    from probes.traces.numeric_lines import LineLayout, parse_lines
+
+    values = [0, 7, 10, 99, 12345678, 123456789, 10 ** 15, 10 ** 16 - 1] + [int("9" * k) for k in range(1, 17)]
+    rows = [{"n": v, "ids": [v, 1, v]} for v in values]
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    parsed, bad = parse_lines(text, LineLayout.learn(text.split(b"\n")[0]))
+    assert not bad and parsed.columns["n"].tolist() == values
+    assert parsed.items.tolist() == [x for v in values for x in (v, 1, v)]
+    assert parsed.counts.tolist() == [3] * len(values)

@@ -2,8 +2,9 @@
 
 `analyze_trace(path)` streams the file once, in batches, so memory stays bounded on traces
 of millions of requests: what is kept per request is a few numbers (lengths and times,
-about 24 bytes), the prefix cache's distinct blocks (8 bytes each, 1 bit for Mooncake ids),
-a bounded sample of content windows and a few hundred prompts for the divergence examples.
+about 24 bytes), the prefix cache's distinct blocks (8 bytes each; Mooncake ids: a byte per
+id up to the largest), a bounded sample of content windows and a few hundred prompts for the
+divergence examples.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ from probes.traces.pitfalls import (DYNAMIC_PREFIX_WARN, Finding, PromptSample, 
                                     SerializationTracker, divergence_example, dynamic_prefix_finding,
                                     kv_offload_finding, unstable_serialization_finding)
 from probes.traces.prefix import PrefixAnalyzer, PrefixReuse
-from probes.traces.readers import FORMATS, HASH_ID_BLOCK_TOKENS, detect_format, read_trace
+from probes.traces.readers import (FORMATS, HASH_ID_BLOCK_TOKENS, HashIdBatch, detect_format, hash_id_records_batch,
+                                   read_hash_id_batches, read_trace)
 from probes.traces.records import LineLog, ReadReport, TraceRequest
 from probes.traces.similarity import SimilarityStats, SimilarityTracker
 from probes.traces.streaming import Column, prefetched
 from probes.traces.tokenize import Tokenizer, load_tokenizer
 
-__all__ = ["TraceAnalysis", "analyze_trace", "token_batch", "hash_id_batch", "DEFAULT_BLOCK_SIZE", "SCHEMA"]
+__all__ = ["TraceAnalysis", "analyze_trace", "token_batch", "hash_id_batch", "full_block_ids", "DEFAULT_BLOCK_SIZE",
+           "SCHEMA"]
 
 SCHEMA = "llm-diagnose/trace-analysis"
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default on GPU; its CPU backend uses 128
@@ -139,25 +142,39 @@ def token_batch(arrays: Sequence[np.ndarray], block_size: int) -> tuple[np.ndarr
 
 
 def hash_id_batch(id_lists: Sequence[Sequence[int]], input_lengths: Sequence[int | None]):
+    """Mooncake prompts given as lists (json's): see `full_block_ids`."""
+    n = len(id_lists)
+    counts = np.fromiter(map(len, id_lists), dtype=np.int64, count=n)
+    ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.uint64, count=int(counts.sum()))
+    stated = np.fromiter((-1 if x is None else x for x in input_lengths), dtype=np.int64, count=n)
+    return full_block_ids(ids, counts, stated)
+
+
+def full_block_ids(ids: np.ndarray, counts: np.ndarray, stated: np.ndarray):
     """Mooncake prompts as (their full blocks' ids laid end to end, full blocks each, prompt tokens).
 
-    A prompt's last id stands for a partial block unless its length fills it: only full
-    blocks are matched by a prefix cache. No Python loop per id: the lists are flattened by
-    numpy in one pass and the partial blocks masked out.
+    `ids`: each prompt's block ids, prompts end to end; `counts`: ids per prompt; `stated`: the
+    prompt lengths the trace states (-1 where it does not). A prompt's last id stands for a
+    partial block unless its length fills it: only full blocks are matched by a prefix cache.
     """
-    n = len(id_lists)
-    per_prompt = np.fromiter(map(len, id_lists), dtype=np.int64, count=n)
-    ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.uint64, count=int(per_prompt.sum()))
-    if None in input_lengths:
-        stated = np.fromiter((-1 if x is None else x for x in input_lengths), dtype=np.int64, count=n)
-    else:
-        stated = np.array(input_lengths, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    stated = np.asarray(stated, dtype=np.int64)
     known = stated >= 0
-    blocks = np.where(known, np.minimum(per_prompt, stated // HASH_ID_BLOCK_TOKENS), per_prompt)
-    tokens = np.where(known, stated, per_prompt * HASH_ID_BLOCK_TOKENS)
-    if (blocks < per_prompt).any():
-        _, local = segment_positions(per_prompt)
-        ids = ids[local < np.repeat(blocks, per_prompt)]
+    if known.all():  # (the usual case: every line states its length)
+        blocks, tokens = np.minimum(counts, stated // HASH_ID_BLOCK_TOKENS), stated
+    else:
+        blocks = np.where(known, np.minimum(counts, stated // HASH_ID_BLOCK_TOKENS), counts)
+        tokens = np.where(known, stated, counts * HASH_ID_BLOCK_TOKENS)
+    if not np.array_equal(blocks, counts):
+        partial = counts - blocks
+        keep = np.ones(len(ids), dtype=bool)
+        ends = np.cumsum(counts)
+        if partial.max() == 1:  # the usual case: one partial last block, dropped per request
+            keep[ends[partial == 1] - 1] = False
+        else:
+            _, local = segment_positions(counts)
+            keep = local < np.repeat(blocks, counts)
+        ids = ids[keep]
     return ids, blocks, tokens
 
 
@@ -209,6 +226,12 @@ class _Pass:
             if first is not None:
                 self._start_content("hash-ids" if first.hash_ids is not None else
                                     "token-ids" if first.tokens is not None else "text")
+        if self.content == "hash-ids":  # (Mooncake records: the column path does it all)
+            with_ids = [r for r in batch if r.hash_ids is not None]
+            self.no_prompt += len(batch) - len(with_ids)
+            if with_ids:
+                self.add_hash_ids(hash_id_records_batch(with_ids))
+            return
         # One transposition (in C) instead of a Python loop per field and request.
         cols = TraceRequest(*zip(*batch))
         self.starts.extend(_floats(cols.timestamp_s))
@@ -219,9 +242,7 @@ class _Pass:
             self.ends.extend(_floats(cols.end_s))
         texts = [i for i, (t, x) in enumerate(zip(cols.tokens, cols.text)) if t is None and x is not None]
         encoded = dict(zip(texts, self._tok().encode_batch([cols.text[i] for i in texts]))) if texts else {}
-        if self.content == "hash-ids":
-            self._add_hash_ids(cols)
-        elif self.content is not None:
+        if self.content is not None:
             self._add_tokens(batch, encoded)
         self._add_lengths(batch, cols, encoded)
         if self.content in ("text", "token-ids"):
@@ -262,14 +283,18 @@ class _Pass:
         self.inputs.add(inputs)
         self.outputs.add(outputs)
 
-    def _add_hash_ids(self, cols: TraceRequest) -> None:
-        ids, lengths = cols.hash_ids, cols.input_tokens
-        if None in ids:
-            keep = [i for i, x in enumerate(ids) if x is not None]
-            self.no_prompt += len(ids) - len(keep)
-            ids, lengths = [ids[i] for i in keep], [lengths[i] for i in keep]
-        if ids:
-            self.prefix.add(*hash_id_batch(ids, lengths))
+    def add_hash_ids(self, batch: HashIdBatch) -> None:
+        """A batch of a hash-id (Mooncake) trace, as columns: no object per request."""
+        if self.content is None:
+            self._start_content("hash-ids")
+        self.starts.extend(batch.timestamp_s)
+        for lengths, histogram, sources in ((batch.input_tokens, self.inputs, self.input_sources),
+                                            (batch.output_tokens, self.outputs, self.output_sources)):
+            stated = lengths[lengths >= 0]
+            if len(stated):
+                histogram.add(stated)
+                sources.add("trace")
+        self.prefix.add(*full_block_ids(batch.hash_ids, batch.counts, batch.input_tokens))
 
     def _add_tokens(self, batch: list[TraceRequest], encoded: dict[int, np.ndarray]) -> None:
         B = self.block_size
@@ -340,11 +365,14 @@ def analyze_trace(path, *, fmt: str = "auto", block_size: int | None = None, kv_
             raise TraceError(f"the {name} must be a positive number of tokens, got {value}")
     log = LineLog(path, strict)
     run = _Pass(path, block_size, kv_capacity_tokens, tokenizer, show_text)
-    batches = _batches(read_trace(path, fmt, log))
+    if fmt == "mooncake":  # columns parsed a chunk at a time, no object per request
+        batches, add = read_hash_id_batches(path, log), run.add_hash_ids
+    else:
+        batches, add = _batches(read_trace(path, fmt, log)), run.add
     if len(os.sched_getaffinity(0)) > 1:
         batches = prefetched(batches)  # parse the next batch while numpy analyses this one
     for batch in batches:
-        run.add(batch)
+        add(batch)
     read = log.report()
     if read.requests == 0:
         first = f"; line {read.first_errors[0][0]}: {read.first_errors[0][1]}" if read.first_errors else ""

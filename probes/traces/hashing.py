@@ -4,14 +4,20 @@ A prefix cache keys each full block by a hash of the block *and everything befor
 (vLLM: hash(parent_hash, block_tokens)), so a block matches only when the whole prefix does.
 Here that chain is computed for a whole batch of prompts at once, without a Python loop:
 
-- each full block's content gets a polynomial hash `c = sum_j t_j * P^j` (one uint64 matmul);
+- each full block's content gets a polynomial hash `c = sum_j t_j * P^j` (one uint64 matmul),
+  plus a constant (so that a block of zeros still adds to the chain);
 - the chain over blocks `H_k = sum_{i<=k} c_i * R^(k-i)` (R = P^B) becomes a prefix sum,
-  `H_k = R^k * (S_k - S_{start-1})` with `S = cumsum(c_i * R^-i)`: R is odd, so it has an
-  inverse modulo 2^64 and uint64 wrap-around is exactly arithmetic modulo 2^64;
-- a splitmix64 finaliser mixed with the block index spreads the result.
+  `H_k = R^k * (S_k - S_{start-1})` with `S = cumsum(c_i * R^-i)` over the whole batch: R is
+  odd, so it has an inverse modulo 2^64 and uint64 wrap-around is exactly arithmetic modulo
+  2^64. A block key thus stands for its whole prefix: two prefixes of different content or
+  length get equal keys only by a collision of the 64-bit polynomial hash.
 
 The hashes are not vLLM's (which are SHA-256 or Python's hash), only equal where vLLM's are
-equal (up to 64-bit collisions, about one in 10^19 per pair). The pure-Python reference
+equal, up to 64-bit collisions: for n distinct prefixes about n^2 / 2^65 expected colliding
+pairs (one in 10^7 for 10^6 blocks). (A polynomial hash modulo 2^64 also has known
+constructed collisions, Thue-Morse sequences of 2^11 tokens and more; prompts are not made
+that way. Python's tuple hash, which the reference and vLLM's 'builtin' algorithm use, is a
+64-bit hash with the same kind of exposure.) The pure-Python reference
 (`reference.py`) uses tuple hashing instead, so the parity tests compare two independent
 hash functions through the counts they produce.
 """
@@ -25,7 +31,7 @@ __all__ = ["mix64", "chained_block_hashes", "anchored_window_hashes", "group_equ
 
 _MASK = (1 << 64) - 1
 _P = 0x9E3779B97F4A7C15  # odd: every power of it is invertible modulo 2^64
-_GOLD = np.uint64(0xC2B2AE3D27D4EB4F)
+_BLOCK_MARK = np.uint64(0xC2B2AE3D27D4EB4F)
 
 WINDOW_TOKENS = 16  # tokens per content window (dynamic-prefix detection)
 ANCHOR_ONE_IN = 8  # one window starts at about one position in this many (content-defined)
@@ -105,7 +111,8 @@ def chained_block_hashes(full_block_tokens: np.ndarray, blocks_per_prompt: np.nd
     `blocks_per_prompt[i] * block_size` tokens), prompts laid end to end.
     Returns one uint64 per block, in prompt order, prompts in order.
     """
-    nb = int(np.sum(blocks_per_prompt))
+    counts = np.asarray(blocks_per_prompt, dtype=np.int64)
+    nb = int(counts.sum())
     if nb == 0:
         return np.empty(0, dtype=np.uint64)
     powers = _block_powers.get(block_size)
@@ -113,15 +120,20 @@ def chained_block_hashes(full_block_tokens: np.ndarray, blocks_per_prompt: np.nd
         powers = _block_powers[block_size] = _powers(_P, block_size)
         _chain_tables[block_size] = _PowerTable(pow(_P, block_size, 1 << 64))
     table = _chain_tables[block_size]
+    table.ensure(nb)
     content = _row_hashes(np.asarray(full_block_tokens).reshape(nb, block_size), powers)
-    seg, local = segment_positions(blocks_per_prompt)
-    table.ensure(int(local.max()) + 1)
-    prefix = np.cumsum(content * table.neg[local])
-    # Subtract the running sum before each prompt's first block (wrap-around makes it exact).
-    starts = np.cumsum(blocks_per_prompt) - blocks_per_prompt
-    before = np.concatenate([np.zeros(1, dtype=np.uint64), prefix])[starts]
-    chain = (prefix - before[seg]) * table.pos[local]
-    return mix64(chain ^ ((local.astype(np.uint64) + np.uint64(1)) * _GOLD))
+    content += _BLOCK_MARK
+    # S_k = sum_{i<=k} c_i R^-i over the batch's blocks (powers by position in the batch: slices,
+    # no gathers); a prompt starting at block s then has H_k = R^k (S_k - S_(s-1)).
+    content *= table.neg[:nb]
+    chain = np.cumsum(content)
+    ends = np.cumsum(counts)
+    before = np.zeros(len(counts), dtype=np.uint64)
+    later = (counts > 0) & (ends > counts)
+    before[later] = chain[ends[later] - counts[later] - 1]
+    chain -= np.repeat(before, counts)
+    chain *= table.pos[:nb]
+    return chain
 
 
 _window_powers = _powers(_P ^ 0x5555, WINDOW_TOKENS)

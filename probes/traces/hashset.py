@@ -1,18 +1,15 @@
 """Sets of 64-bit hashes that grow to hundreds of millions of members in bounded memory.
 
-Two layouts, chosen by the values: block ids that are small non-negative integers (Mooncake
-numbers its blocks) live in a bitmap, one bit each; arbitrary 64-bit hashes live in sorted
-runs merged as they double (a log-structured set), so adding is amortised O(log n) per value
-and a lookup of sorted queries is a few cache-friendly binary searches.
+The hashes live in sorted runs merged as they double (a log-structured set), so adding is
+amortised O(log n) per value and a lookup of sorted queries is a few cache-friendly binary
+searches. (Block ids that are small integers are kept by direct addressing instead: seen.py.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["HashSet", "SortedRunSet", "IdBitmapSet"]
-
-_BITMAP_LIMIT = 1 << 31  # ids below this fit a bitmap of at most 256 MiB; above, sorted runs
+__all__ = ["SortedRunSet"]
 
 
 class SortedRunSet:
@@ -57,70 +54,3 @@ class SortedRunSet:
 
     def values(self) -> np.ndarray:
         return np.sort(np.concatenate(self._runs)) if self._runs else np.empty(0, dtype=np.uint64)
-
-
-class IdBitmapSet:
-    """Non-negative integer ids below 2^31 as a bitmap that grows with the largest id."""
-
-    def __init__(self) -> None:
-        self._bits = np.zeros(1 << 16, dtype=np.uint8)
-        self._count = 0
-
-    def __len__(self) -> int:
-        return self._count
-
-    @property
-    def nbytes(self) -> int:
-        return self._bits.nbytes
-
-    @staticmethod
-    def fits(values: np.ndarray) -> bool:
-        return len(values) == 0 or int(values.max()) < _BITMAP_LIMIT
-
-    def contains(self, values: np.ndarray) -> np.ndarray:
-        byte = (values >> np.uint64(3)).astype(np.int64)
-        inside = byte < len(self._bits)
-        out = np.zeros(len(values), dtype=bool)
-        b = byte[inside]
-        out[inside] = (self._bits[b] >> (values[inside] & np.uint64(7)).astype(np.uint8)) & 1 == 1
-        return out
-
-    def add_new(self, sorted_new: np.ndarray) -> None:
-        if len(sorted_new) == 0:
-            return
-        need = (int(sorted_new[-1]) >> 3) + 1
-        if need > len(self._bits):
-            grown = np.zeros(max(need, 2 * len(self._bits)), dtype=np.uint8)
-            grown[: len(self._bits)] = self._bits
-            self._bits = grown
-        byte = (sorted_new >> np.uint64(3)).astype(np.int64)
-        bit = np.left_shift(np.uint8(1), (sorted_new & np.uint64(7)).astype(np.uint8))
-        np.bitwise_or.at(self._bits, byte, bit)
-        self._count += len(sorted_new)
-
-    def values(self) -> np.ndarray:
-        return np.flatnonzero(np.unpackbits(self._bits, bitorder="little")).astype(np.uint64)
-
-
-class HashSet:
-    """A set of uint64 values: a bitmap while they are small ids, sorted runs otherwise."""
-
-    def __init__(self, prefer_bitmap: bool = False) -> None:
-        self._impl: SortedRunSet | IdBitmapSet = IdBitmapSet() if prefer_bitmap else SortedRunSet()
-
-    def __len__(self) -> int:
-        return len(self._impl)
-
-    @property
-    def nbytes(self) -> int:
-        return self._impl.nbytes
-
-    def contains(self, sorted_values: np.ndarray) -> np.ndarray:
-        return self._impl.contains(sorted_values)
-
-    def add_new(self, sorted_new: np.ndarray) -> None:
-        if isinstance(self._impl, IdBitmapSet) and not IdBitmapSet.fits(sorted_new):
-            runs = SortedRunSet()
-            runs.add_new(self._impl.values())
-            self._impl = runs
-        self._impl.add_new(sorted_new)

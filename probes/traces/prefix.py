@@ -21,13 +21,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from probes.traces.hashing import Groups, segment_positions
-from probes.traces.hashset import HashSet
 from probes.traces.lru import LruBlockCache
+from probes.traces.seen import BatchLookup, first_positions, seen_blocks
 
 __all__ = ["PrefixAnalyzer", "PrefixReuse", "PrefixGroup", "BatchHits", "leading_run"]
 
 TOP_GROUPS = 10
 _TRACKED_GROUPS = 4096  # heavy-hitter counters kept for the top groups (bounded memory)
+_NOBODY = np.iinfo(np.int64).max
+
+
+def _as_keys(block_keys) -> np.ndarray:
+    """Block keys as uint64: hashes as they are, integer ids bit for bit (a negative id becomes a
+    huge key, which the dense id table leaves to the hashed layout)."""
+    keys = np.asarray(block_keys)
+    if keys.dtype == np.uint64:
+        return keys
+    if keys.dtype.kind == "i":
+        return keys.astype(np.int64, copy=False).view(np.uint64)
+    return keys.astype(np.uint64)
 
 
 @dataclass(frozen=True)
@@ -78,22 +90,35 @@ class BatchHits:
     lru_hit_blocks: np.ndarray | None
 
 
-def leading_run(hit: np.ndarray, blocks_per_request: np.ndarray, local: np.ndarray | None = None) -> np.ndarray:
+def leading_run(hit: np.ndarray, blocks_per_request: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """Per request: how many of its first blocks are hits before the first miss.
 
-    `local`: each block's index within its request, where the caller has it already.
+    Usually a request's hits already are a leading run (chained blocks: a block seen before
+    means its whole prefix was): then the run is its count of hits, from one running sum,
+    and checking that the first that-many blocks are all hits costs one lookup per request.
+    Requests where that fails are searched for their first miss.
     """
     counts = np.asarray(blocks_per_request, dtype=np.int64)
-    out = counts.copy()
-    nonempty = np.flatnonzero(counts)
-    if len(hit) == 0 or len(nonempty) == 0:
-        return out
-    if local is None:
-        _, local = segment_positions(counts)
-    first_miss = np.where(hit, np.iinfo(np.int64).max, local)
-    starts = (np.cumsum(counts) - counts)[nonempty]
-    out[nonempty] = np.minimum(np.minimum.reduceat(first_miss, starts), counts[nonempty])
+    if starts is None:
+        starts = np.cumsum(counts) - counts
+    running = np.empty(len(hit) + 1, dtype=np.int32 if len(hit) < 1 << 31 else np.int64)
+    running[0] = 0
+    np.cumsum(hit, out=running[1:])  # (a linear pass: several times quicker than add.reduceat here)
+    at_end = running[starts + counts]
+    out = at_end - running[starts]
+    # All of a request's hits are at its front when the running sum after that many blocks
+    # already is the request's total; otherwise a hit follows a miss.
+    odd = np.flatnonzero(running[starts + out] != at_end)
+    out = out.astype(np.int64)
+    if len(odd):
+        misses = np.append(np.flatnonzero(~hit), len(hit))
+        out[odd] = np.minimum(misses[np.searchsorted(misses, starts[odd])] - starts[odd], counts[odd])
     return out
+
+
+def _request_of(position: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The request holding each block position (requests without blocks hold none)."""
+    return np.searchsorted(starts, position, side="right") - 1
 
 
 class _GroupCounter:
@@ -130,7 +155,7 @@ class _GroupCounter:
 
 
 class PrefixAnalyzer:
-    """Feed batches of chained block hashes in trace order; read the result at the end."""
+    """Feed batches of block keys in trace order; read the result at the end."""
 
     def __init__(self, block_size: int, capacity_tokens: int | None = None, *, small_ids: bool = False,
                  reuse_structure: bool = True) -> None:
@@ -138,8 +163,7 @@ class PrefixAnalyzer:
         self.block_size = int(block_size)
         self.reuse_structure = reuse_structure
         self.capacity_tokens = capacity_tokens
-        self._seen = HashSet(prefer_bitmap=small_ids)
-        self._last_blocks = HashSet(prefer_bitmap=small_ids)
+        self._seen = seen_blocks(small_ids)
         self._lru = None if capacity_tokens is None else LruBlockCache(max(1, capacity_tokens // self.block_size))
         self._groups = _GroupCounter()
         self.requests = 0
@@ -150,68 +174,75 @@ class PrefixAnalyzer:
         self.continuations = 0
         self.history_blocks = 0
 
-    def add(self, block_hashes: np.ndarray, blocks_per_request: np.ndarray, prompt_tokens: np.ndarray) -> BatchHits:
-        """One batch: each request's chained block hashes (full blocks), in trace order."""
+    def add(self, block_keys: np.ndarray, blocks_per_request: np.ndarray, prompt_tokens: np.ndarray) -> BatchHits:
+        """One batch: each request's block keys (full blocks), requests in trace order.
+
+        Keys are chained block hashes (uint64), or block ids (Mooncake) when `small_ids`.
+        """
         counts = np.asarray(blocks_per_request, dtype=np.int64)
-        block_hashes = np.asarray(block_hashes, dtype=np.uint64)
+        keys = _as_keys(block_keys)
         self.requests += len(counts)
         self.prompt_tokens += int(np.sum(prompt_tokens))
-        if len(block_hashes) == 0:
+        if len(keys) == 0:
             empty = np.zeros(len(counts), dtype=np.int64)
             return BatchHits(empty, None if self._lru is None else empty)
-        request, local = segment_positions(counts)
         starts = np.cumsum(counts) - counts
+        last = None  # positions of the prompts' last blocks, for multi-turn reuse
+        if self.reuse_structure:
+            nonempty = np.flatnonzero(counts)
+            last = starts[nonempty] + counts[nonempty] - 1
 
         # Unlimited cache: a block hits when an earlier batch or an earlier request sent it.
-        # Within a group of equal hashes the first position is the earliest request (equal
-        # chained hashes sit at equal depths, so never twice in one request).
-        g = Groups(block_hashes)
-        in_set = self._seen.contains(g.values)
-        hit_sorted = np.ones(len(block_hashes), dtype=bool)
-        hit_sorted[g.starts] = in_set
-        hit = np.empty(len(block_hashes), dtype=bool)
-        hit[g.order] = hit_sorted
-        self._seen.add_new(g.values[~in_set])
-        hit_blocks = leading_run(hit, counts, local)
+        look = self._seen.lookup(keys, last)
+        if look is None:  # an id too large (or too sparse) to index by: hashed from now on
+            self._seen = self._seen.to_hashes()
+            look = self._seen.lookup(keys, last)
+        hit = look.sent
+        if len(look.repeat_at):  # within one request a repeated id is no hit
+            at, first = look.repeat_at, look.repeat_first
+            hit[at] = _request_of(first, starts) < _request_of(at, starts)
+        hit_blocks = leading_run(hit, counts, starts)
         self.hit_blocks += int(hit_blocks.sum())
         self.requests_with_hit += int(np.count_nonzero(hit_blocks))
 
         lru_hit_blocks = None
         if self._lru is not None:
             # Each request uses its blocks last to first: reverse the order within requests.
+            request, local = segment_positions(counts)
             reversed_order = starts[request] + (counts[request] - 1 - local)
-            lru_hit = np.empty(len(block_hashes), dtype=bool)
-            lru_hit[reversed_order] = self._lru.access(block_hashes[reversed_order])
-            lru_hit_blocks = leading_run(lru_hit, counts, local)
+            lru_hit = np.empty(len(keys), dtype=bool)
+            lru_hit[reversed_order] = self._lru.access(keys[reversed_order])
+            lru_hit_blocks = leading_run(lru_hit, counts, starts)
             self.lru_hit_blocks += int(lru_hit_blocks.sum())
 
         if self.reuse_structure:
             shared = np.flatnonzero(hit_blocks)
-            self._groups.add(block_hashes[starts[shared] + hit_blocks[shared] - 1], hit_blocks[shared] * self.block_size)
-            self._count_continuations(g, in_set, request, local, counts, starts)
+            self._groups.add(keys[starts[shared] + hit_blocks[shared] - 1], hit_blocks[shared] * self.block_size)
+            self._count_continuations(keys, hit, look, starts, last)
+        self._seen.commit(keys, last)
         return BatchHits(hit_blocks, lru_hit_blocks)
 
-    def _count_continuations(self, g: Groups, in_set, request, local, counts, starts) -> None:
-        """A request continues an earlier one when it contains an earlier prompt's last block."""
-        n = len(request)
-        has_blocks = np.flatnonzero(counts)
-        is_last = np.zeros(n, dtype=bool)
-        is_last[starts[has_blocks] + counts[has_blocks] - 1] = True
-        last_sorted = is_last[g.order]
-        # An earlier element of the same group that is a prompt's last block (positions ascend).
-        before = np.cumsum(last_sorted) - last_sorted
-        earlier_last = before > g.spread(before[g.starts])
-        was_last = np.zeros(len(g.values), dtype=bool)
-        was_last[in_set] = self._last_blocks.contains(g.values[in_set])
-        matched = g.order[earlier_last | g.spread(was_last)]
+    def _count_continuations(self, keys: np.ndarray, hit: np.ndarray, look: BatchLookup, starts: np.ndarray,
+                             last: np.ndarray) -> None:
+        """A request continues an earlier one when it contains an earlier prompt's last block.
+
+        Such a block was sent by an earlier request, so only hits can be; it was either an
+        earlier batch's last block, or a last block of this batch at an earlier position.
+        """
+        matched = np.flatnonzero(hit & look.was_last)
+        here = np.flatnonzero(hit & look.last_here & ~look.was_last)
+        if len(here):
+            # The earliest position at which a prompt of this batch ends with the same block.
+            ends_first = first_positions(keys[np.concatenate([last, here])],
+                                         np.concatenate([last, np.full(len(here), _NOBODY, dtype=np.int64)]))
+            matched = np.union1d(matched, here[ends_first[len(last):] < here])
         if len(matched):
-            deepest = np.full(len(counts), -1, dtype=np.int64)
-            np.maximum.at(deepest, request[matched], local[matched])
+            request = _request_of(matched, starts)
+            deepest = np.full(len(starts), -1, dtype=np.int64)
+            np.maximum.at(deepest, request, matched - starts[request])
             continued = deepest >= 0
             self.continuations += int(np.count_nonzero(continued))
             self.history_blocks += int((deepest[continued] + 1).sum())
-        group_has_last = np.add.reduceat(last_sorted, g.starts) > 0
-        self._last_blocks.add_new(g.values[group_has_last & ~was_last])
 
     def result(self) -> PrefixReuse:
         B = self.block_size

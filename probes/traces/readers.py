@@ -15,7 +15,9 @@ Formats (see shared/notes/trace-formats.md):
 
 Every reader streams (a 10 GB file is read line by line), numbers lines from 1, and hands a
 bad line to the LineLog: skipped and counted, or an error with its line number in strict mode.
-Files ending in ``.gz`` are decompressed on the fly.
+Files ending in ``.gz`` are decompressed on the fly. The analysis reads Mooncake traces through
+`read_hash_id_batches`: column batches, the lines parsed by numpy a chunk at a time
+(numeric_lines.py) and any line out of the file's layout by json, as `read_trace` does.
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ import math
 import re
 import warnings
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
 from probes.traces.chat import chat_payloads, content_text, embedded_json, render_chat
 from probes.traces.errors import EmptyTraceError, TraceFormatError
+from probes.traces.numeric_lines import LineLayout, ParsedLines, parse_lines
 from probes.traces.records import BadRecord, LineLog, TraceRequest
 
-__all__ = ["FORMATS", "HASH_ID_BLOCK_TOKENS", "detect_format", "read_trace"]
+__all__ = ["FORMATS", "HASH_ID_BLOCK_TOKENS", "HashIdBatch", "detect_format", "read_trace", "read_hash_id_batches",
+           "hash_id_records_batch"]
 
 HASH_ID_BLOCK_TOKENS = 512  # Mooncake's hash_ids each stand for 512 prompt tokens
 
@@ -176,6 +180,20 @@ def _loads_with_token_list(raw: bytes) -> dict:
     return obj
 
 
+class HashIdBatch(NamedTuple):
+    """Consecutive requests of a hash-id (Mooncake) trace as columns, one entry per request."""
+
+    timestamp_s: np.ndarray  # float64, NaN where absent
+    input_tokens: np.ndarray  # int64, -1 where absent
+    output_tokens: np.ndarray  # int64, -1 where absent
+    hash_ids: np.ndarray  # the requests' block ids end to end (int64; uint64 from json)
+    counts: np.ndarray  # ids per request (int64)
+
+    @property
+    def requests(self) -> int:
+        return len(self.counts)
+
+
 def _first(obj: dict, keys) -> tuple[str | None, Any]:
     for k in keys:
         if k in obj and obj[k] is not None:
@@ -189,10 +207,10 @@ def _parse_mooncake(obj: dict, line: int) -> TraceRequest:
         raise BadRecord("missing field 'hash_ids'")
     ids = obj["hash_ids"]
     try:  # min() is C-fast and fails on strings and nested lists; a float would only truncate
-        if not isinstance(ids, list) or (ids and (min(ids) < 0 or isinstance(ids[0], bool))):
+        if not isinstance(ids, list) or (ids and (min(ids) < 0 or isinstance(ids[0], bool) or max(ids) >= 1 << 64)):
             raise TypeError
     except TypeError:
-        raise BadRecord("field 'hash_ids' must be a list of non-negative integers") from None
+        raise BadRecord("field 'hash_ids' must be a list of non-negative integers below 2^64") from None
     ts, n_in, n_out = obj.get("timestamp"), obj.get("input_length"), obj.get("output_length")
     return _new_request(TraceRequest, (  # all fields, in order: see _new_request
         line,
@@ -327,6 +345,26 @@ def _objects(lines: list[tuple[int, bytes]], loads: Callable[[bytes], Any], log:
     return out
 
 
+def _json_records(lines: list[tuple[int, bytes]], log: LineLog, parse: Callable[[dict, int], TraceRequest],
+                  loads: Callable[[bytes], Any] = _loads, chunked: bool = True) -> Iterator[TraceRequest]:
+    """The records of (line number, non-blank line) pairs; bad lines skipped and counted (strict: raised)."""
+    log.lines += len(lines)
+    for number, obj in _objects(lines, loads, log, chunked):
+        if isinstance(obj, BadRecord):
+            log.skip(number, str(obj))
+            continue
+        if not isinstance(obj, dict):
+            log.skip(number, f"a JSON {type(obj).__name__}, not an object")
+            continue
+        try:
+            record = parse(obj, number)
+        except BadRecord as exc:
+            log.skip(number, str(exc))
+            continue
+        log.requests += 1
+        yield record
+
+
 def _read_jsonl(path: str, log: LineLog, parse: Callable[[dict, int], TraceRequest],
                 loads: Callable[[bytes], Any] = _loads, chunked: bool = True) -> Iterator[TraceRequest]:
     with _open_binary(path) as f:
@@ -342,21 +380,99 @@ def _read_jsonl(path: str, log: LineLog, parse: Callable[[dict, int], TraceReque
                     lines = [peek]
                 else:
                     continue
-            log.lines += len(lines)
-            for number, obj in _objects(lines, loads, log, chunked):
-                if isinstance(obj, BadRecord):
-                    log.skip(number, str(obj))
-                    continue
-                if not isinstance(obj, dict):
-                    log.skip(number, f"a JSON {type(obj).__name__}, not an object")
-                    continue
-                try:
-                    record = parse(obj, number)
-                except BadRecord as exc:
-                    log.skip(number, str(exc))
-                    continue
-                log.requests += 1
-                yield record
+            yield from _json_records(lines, log, parse, loads, chunked)
+
+
+# --- JSONL of numbers, parsed a chunk at a time ---------------------------------------------------
+LAYOUT_CHUNK_BYTES = 1 << 21  # about 17 k Mooncake lines: numpy's arrays stay in cache
+_LAYOUT_LINES = 100
+_MIXED_RANGES = 64  # more stretches of lines out of the layout in one chunk: the chunk goes to json
+
+
+def _layout_pieces(path: str, list_keys: tuple[str, ...], chunk_bytes: int) -> Iterator[ParsedLines | list]:
+    """A JSONL file in file order, as parsed chunks of lines in its layout and lists of other lines.
+
+    The layout is learned from the first line among the first ones that json reads as numbers
+    and one list of numbers under one of `list_keys` (numeric_lines). Lines in that layout
+    (the same keys in the same order and spacing) come as ParsedLines; any other line comes in
+    a list of (line number, stripped line) for json, blank lines left out.
+    """
+    with _open_binary(path) as f:
+        layout: LineLayout | None = None
+        before = 0  # lines before the chunk
+        first = True
+        while True:
+            chunk = f.read(chunk_bytes)
+            if not chunk:
+                return
+            if not chunk.endswith(b"\n"):
+                chunk += f.readline()
+                if not chunk.endswith(b"\n"):
+                    chunk += b"\n"  # the last line, without its newline
+            if first:
+                layout, first = _learn_layout(chunk, list_keys), False
+            parsed, bad = (None, []) if layout is None else parse_lines(chunk, layout)
+            if parsed is not None:  # (the usual case: every line in the layout)
+                yield parsed
+                before += parsed.lines
+                continue
+            if not bad or len(bad) > _MIXED_RANGES:
+                bad = [(0, len(chunk))]  # no layout, or lines of many layouts: json for the chunk
+            pos = 0
+            for lo, hi in bad + [(len(chunk), len(chunk))]:
+                if lo > pos:  # lines in the layout between ones that are not
+                    parsed, _ = parse_lines(chunk[pos:lo], layout)
+                    yield parsed if parsed is not None else _numbered(chunk[pos:lo], before)
+                    before += chunk.count(b"\n", pos, lo)
+                if hi > lo:
+                    yield _numbered(chunk[lo:hi], before)
+                    before += chunk.count(b"\n", lo, hi)
+                pos = hi
+
+
+def _learn_layout(chunk: bytes, list_keys: tuple[str, ...]) -> LineLayout | None:
+    for raw in chunk.split(b"\n", _LAYOUT_LINES)[:_LAYOUT_LINES]:
+        layout = LineLayout.learn(raw.strip())
+        if layout is not None and layout.list_field is not None and layout.fields[layout.list_field] in list_keys:
+            return layout
+    return None
+
+
+def _numbered(piece: bytes, before: int) -> list[tuple[int, bytes]]:
+    return [(before + i, raw) for i, raw in enumerate((r.strip() for r in piece.split(b"\n")[:-1]), 1) if raw]
+
+
+def read_hash_id_batches(path: str, log: LineLog, chunk_bytes: int = LAYOUT_CHUNK_BYTES) -> Iterator[HashIdBatch]:
+    """A Mooncake trace as batches of columns, in file order: no object per request.
+
+    Lines in the file's layout are parsed a chunk at a time by numpy; any other line goes
+    through json.loads and the same checks as `read_trace`, with its line number.
+    """
+    for piece in _layout_pieces(path, ("hash_ids",), chunk_bytes):
+        if isinstance(piece, ParsedLines):
+            n = piece.lines
+            log.lines += n
+            log.requests += n
+            cols = piece.columns
+            absent = np.full(n, -1, dtype=np.int64)
+            ts = cols["timestamp"] * 1e-3 if "timestamp" in cols else np.full(n, math.nan)  # ms, as _parse_mooncake
+            yield HashIdBatch(ts, cols.get("input_length", absent), cols.get("output_length", absent),
+                              piece.items, piece.counts)
+        else:
+            records = list(_json_records(piece, log, _parse_mooncake))
+            if records:
+                yield hash_id_records_batch(records)
+
+
+def hash_id_records_batch(records: list[TraceRequest]) -> HashIdBatch:
+    """Mooncake records (from json) as a batch of columns."""
+    cols = TraceRequest(*zip(*records))
+    ts = np.array([math.nan if t is None else t for t in cols.timestamp_s], dtype=np.float64)
+    inputs = np.array([-1 if x is None else x for x in cols.input_tokens], dtype=np.int64)
+    outputs = np.array([-1 if x is None else x for x in cols.output_tokens], dtype=np.int64)
+    counts = np.fromiter(map(len, cols.hash_ids), dtype=np.int64, count=len(records))
+    ids = np.fromiter(itertools.chain.from_iterable(cols.hash_ids), dtype=np.uint64, count=int(counts.sum()))
+    return HashIdBatch(ts, inputs, outputs, ids, counts)
 
 
 # --- CSV formats -------------------------------------------------------------------------------
@@ -476,6 +592,8 @@ def read_trace(path: str, fmt: str, log: LineLog) -> Iterator[TraceRequest]:
     """Stream the requests of a trace in file order."""
     if fmt in _JSONL:
         if fmt == "prompts":  # token ids are parsed by numpy, line by line
+            # (np.fromstring per line: about twice as quick on long token lists as numeric_lines,
+            # whose cost is per number, with a dozen numpy passes for each)
             return _read_jsonl(path, log, _JSONL[fmt], _loads_with_token_list, chunked=False)
         return _read_jsonl(path, log, _JSONL[fmt])
     if fmt in _CSV_ROWS:
