@@ -70,8 +70,7 @@ def replay_log_ratios(model: StepModel, limits: EngineLimits, records: Sequence[
 def replay_error(model: StepModel, limits: EngineLimits, records: Sequence[RequestRecord],
                  blocks_of: Callable[[RequestRecord], tuple] | None = None) -> float:
     """Mean squared log error of the replay (see replay_log_ratios); inf when a request never finished."""
-    ratios = replay_log_ratios(model, limits, records, blocks_of)
-    return math.inf if not ratios else statistics.fmean(x * x for x in ratios)
+    return _mean_replay_ratio(model, limits, records, blocks_of, lambda x: x * x)
 
 
 def _fit_loss(model: StepModel, limits: EngineLimits, records: Sequence[RequestRecord],
@@ -84,8 +83,13 @@ def _fit_loss(model: StepModel, limits: EngineLimits, records: Sequence[RequestR
     one level drag every coefficient up (tests/test_capacity.py has such a level). The absolute
     error weighs it like any other: a median fit, where squares give a mean one.
     """
+    return _mean_replay_ratio(model, limits, records, blocks_of, abs)
+
+
+def _mean_replay_ratio(model: StepModel, limits: EngineLimits, records: Sequence[RequestRecord],
+                       blocks_of: Callable[[RequestRecord], tuple] | None, f: Callable[[float], float]) -> float:
     ratios = replay_log_ratios(model, limits, records, blocks_of)
-    return math.inf if not ratios else statistics.fmean(abs(x) for x in ratios)
+    return math.inf if not ratios else statistics.fmean(f(x) for x in ratios)
 
 
 def _initial(records: Sequence[RequestRecord]) -> tuple[float, float, float, float, float]:

@@ -8,8 +8,8 @@ end or a met high end ends the search: goodput is out of range); then each trial
 bracket on a geometric scale. A low end that breaks is tried once more before it ends the
 search, and a rate counts as held if any of its trials held: a host stall only ever slows a
 trial down, and one stall (on a shared 2-core machine, a trial at a tenth of the predicted
-goodput broke once and held at the next try) must not end a search with no answer. The plan says what it will send before anything is sent, and
-every send passes the run's BudgetGuard.
+goodput broke once and held at the next try) must not end a search with no answer. The plan
+says what it will send before anything is sent, and every send passes the run's BudgetGuard.
 
 The judge is a plain callable, so this module knows nothing of how objectives are declared
 (probes never import diagnose): `diagnose.capacity` builds it from an SLO.
@@ -39,7 +39,8 @@ DRAIN_FACTOR = 1.5  # a trial may take its arrival span x this, plus the drain a
 
 @dataclass(frozen=True)
 class GoodputPlan:
-    """What the live search will send: `3 + steps` trials at most (the low end may be tried twice), each `requests` requests."""
+    """What the live search will send: `3 + steps` trials at most (the low end may be tried
+    twice), each `requests` requests."""
 
     low_rps: float
     high_rps: float

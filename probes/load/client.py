@@ -212,7 +212,7 @@ class StreamingClient:
             resent = False
             while True:
                 record, stream, cancelled = await self._attempt(spec, deadline)
-                if not (resent or cancelled) and _closed_before_answering(record):
+                if not (resent or cancelled) and stream.closed_unanswered:
                     # A kept-alive connection the server closed as we reused it: it never read the
                     # request. Sent once more, on a fresh connection; a server that is really gone
                     # fails that too, and the record says so.
@@ -288,6 +288,7 @@ class StreamingClient:
                             str(exc.args[0]) if exc.args else "cancelled by the load driver")
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded fault
             kind, detail = classify_exception(exc, url, started_streaming=started)
+            stream.closed_unanswered = isinstance(exc, aiohttp.ServerDisconnectedError) and not started
             if kind is FaultKind.TIMEOUT_TOTAL and deadline is not None and clock() >= deadline - 1e-3:
                 kind, detail = FaultKind.STOPPED_BY_CLIENT, "stopped at the budget's deadline"
             stream.fail(kind, detail)
@@ -309,12 +310,6 @@ class StreamingClient:
         return record, stream, cancelled
 
 
-def _closed_before_answering(record: RequestRecord) -> bool:
-    """The connection was closed under the request before any answer (no status, no event)."""
-    return (record.fault is FaultKind.CONNECTION_LOST and record.http_status is None and not record.event_times
-            and "ServerDisconnectedError" in record.fault_detail)
-
-
 def _rejected_extension(record: RequestRecord, already: set[str]) -> str | None:
     """The optional extension a 400/422 answer names, if it names one we can do without."""
     if record.fault is not FaultKind.REJECTED:
@@ -329,7 +324,7 @@ class _Stream:
     """The state of one response while it streams (mutable, private to `send`)."""
 
     __slots__ = ("chat", "continuous", "keep_text", "times", "event_tokens", "texts", "finish", "usage",
-                 "seen_done", "used_tokens", "fault", "detail", "last_read", "idle_expired")
+                 "seen_done", "used_tokens", "fault", "detail", "last_read", "idle_expired", "closed_unanswered")
 
     def __init__(self, chat: bool, continuous: bool, keep_text: bool) -> None:
         self.chat, self.continuous, self.keep_text = chat, continuous, keep_text
@@ -343,6 +338,8 @@ class _Stream:
         self.fault: FaultKind | None = None
         self.detail = ""
         self.last_read = 0.0  # perf_counter of the last socket read (the idle watchdog reads it)
+        # The server closed the connection before any answer (a kept-alive one, closed as reused).
+        self.closed_unanswered = False
         self.idle_expired = False
 
     def fail(self, kind: FaultKind, detail: str) -> None:
