@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 import os
 from pathlib import Path
 
@@ -245,9 +246,15 @@ def test_spec_experiment_on_an_engine_without_spec_decoding(small_vllm, tmp_path
     results = _active(small_vllm, tmp_path, ("spec",), plan=plan)
     per_event = results[Q.SPEC_TOKENS_PER_EVENT]
     assert isinstance(per_event, Measurement), per_event
-    assert per_event.value == pytest.approx(1.0)  # vLLM: usage in every chunk
+    # vLLM sends usage in every chunk: one token per event, unless its API server fell behind
+    # and merged several steps' deltas into one event (it does, on this busy 2-core host);
+    # then the measurement says so, and nothing reads it as speculative decoding.
+    assert per_event.value >= 1.0
+    if per_event.value > 1.0:
+        assert any("merged the outputs" in w for w in per_event.warnings), per_event.warnings
     rate = results[Q.SPEC_ACCEPTANCE_RATE]
     assert not isinstance(rate, Measurement) and "not configured" in rate.reason
+    assert not isinstance(results[Q.SPEC_ACCEPTANCE_LENGTH], Measurement)
     assert isinstance(results[Q.SPEC_TOKENS_PER_S], Measurement)
 
 
@@ -279,6 +286,30 @@ def test_interference_analysis_finds_the_stall_inside_prefill_windows():
     assert isinstance(inflation, Measurement) and inflation.value > 1.5
     assert result[Q.INTERFERENCE_STALL_MAX].value == pytest.approx(0.09, abs=1e-6)
     assert result[Q.INTERFERENCE_STALL_GROWTH].value == pytest.approx(0.09 / 0.04, rel=1e-6)  # grows: unchunked
+
+
+def test_merged_events_on_an_engine_without_spec_decoding_are_not_read_as_acceptance():
+    from probes.experiments.spec import analyse_spec
+    from probes.results import NotMeasured
+
+    class EngineWithoutSpec:  # the counters' answer on vLLM without --speculative-config
+        available = True
+
+        def passive(self):
+            off = NotMeasured("speculative decoding is not configured on this engine")
+            return {Q.SPEC_ACCEPTANCE_RATE: off, Q.SPEC_ACCEPTANCE_LENGTH: off}
+
+    # Two streams of 6 tokens in 4 events: the front end merged some steps.
+    recs = [replace(_stream(f"s{i}", 0.0, [0.01, 0.02, 0.03, 0.04], "decode"), completion_tokens=6,
+                    event_tokens=(1, 2, 2, 1)) for i in range(2)]
+    out = analyse_spec(_ctx(), SpecPlan(), recs, EngineWithoutSpec()).results
+    assert out[Q.SPEC_TOKENS_PER_EVENT].value == pytest.approx(1.5)
+    assert any("merged the outputs" in w for w in out[Q.SPEC_TOKENS_PER_EVENT].warnings)
+    assert isinstance(out[Q.SPEC_ACCEPTANCE_LENGTH], NotMeasured) and "not configured" in \
+        out[Q.SPEC_ACCEPTANCE_LENGTH].reason
+    # Without any counters the same events still give the estimate, marked as an upper bound.
+    estimate = analyse_spec(_ctx(), SpecPlan(), recs, ServerDelta(None, None)).results[Q.SPEC_ACCEPTANCE_LENGTH]
+    assert isinstance(estimate, Measurement) and "upper bound" in estimate.note
 
 
 def test_heterogeneity_analysis_counts_a_probe_still_waiting_as_a_lower_bound():

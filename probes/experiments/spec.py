@@ -73,6 +73,7 @@ def analyse_spec(ctx: ExperimentContext, plan: SpecPlan, records: list[RequestRe
     }
     # Acceptance from the engine's counters (probes.metrics computes it, for every engine).
     passive = server.passive()
+    engine_said = False  # the counters answered, with a figure or with why there is none
     for key in (Q.SPEC_ACCEPTANCE_RATE, Q.SPEC_ACCEPTANCE_LENGTH):
         found = passive.get(key)
         if isinstance(found, Measurement):
@@ -82,12 +83,21 @@ def analyse_spec(ctx: ExperimentContext, plan: SpecPlan, records: list[RequestRe
         else:
             results[key] = NotMeasured("acceptance needs the engine's counters (no metrics scraper)",
                                        "give the server's /metrics URL")
-    if not isinstance(results[Q.SPEC_ACCEPTANCE_LENGTH], Measurement):
+        engine_said = engine_said or found is not None
+    if per_event > 1.0 and engine_said and not isinstance(results[Q.SPEC_ACCEPTANCE_LENGTH], Measurement):
+        # Seen on vLLM CPU without speculative decoding: its API server, behind on a busy
+        # host, merges the deltas of several steps into one streamed event (vLLM's
+        # RequestOutputCollector does so whenever the consumer lags).
+        results.update(with_warnings(
+            {Q.SPEC_TOKENS_PER_EVENT: results[Q.SPEC_TOKENS_PER_EVENT]},
+            (f"{per_event:.2f} tokens per event although the engine reports no speculative decoding: the server "
+             "merged the outputs of several steps into one event while its front end fell behind",)))
+    elif not isinstance(results[Q.SPEC_ACCEPTANCE_LENGTH], Measurement):
         if counted and per_event >= MULTI_TOKEN_EVENTS:
             results[Q.SPEC_ACCEPTANCE_LENGTH] = Measurement(
                 per_event, "tokens", prov, warnings=warnings,
                 note="estimated as tokens per streamed event: each engine step sends its accepted drafts and its "
-                     "bonus token together")
+                     "bonus token together (an upper bound: a front end that falls behind also merges steps)")
         elif counted:
             results[Q.SPEC_ACCEPTANCE_LENGTH] = NotMeasured(
                 "one token per streamed event" + ("" if server.available else " and no engine counters")
