@@ -12,8 +12,17 @@ Two questions:
    95% interval: the overhead is within the noise when the interval holds 0, and the
    interval's width is what this machine can resolve.
 
+3. What does parsing one page cost, llm-diagnose's parser against prometheus_client's? Both
+   run side by side on the same page in one process, interleaved, so load on the machine hits
+   both alike: prometheus_client's `text_string_to_metric_families` (the samples only), and
+   `parse_exposition` (the whole Scrape) warm (its label cache filled by the previous page, as
+   in a scrape loop) and cold (caches emptied before every parse). With a live server the
+   same comparison runs on every scraped page as well.
+
 Usage (starts its own tiny-model vLLM CPU server unless --url is given):
     python benchmarks/bench_scrape.py [--url http://127.0.0.1:8000] [--pairs 4] [--json out.json]
+Parsers only, on a stored page (no server; default the real vLLM 0.32.0 capture):
+    python benchmarks/bench_scrape.py --parse-only [--page FILE] [--repeats 300]
 """
 
 from __future__ import annotations
@@ -34,8 +43,13 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
 from probes.http import get_text, make_session  # noqa: E402
+from probes.metrics import exposition  # noqa: E402
 from probes.metrics import parse_exposition  # noqa: E402
+
+DEFAULT_PAGE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metrics" / "vllm-0.32.0-cpu-real.txt"
 
 # One process for the whole benchmark: SIGUSR1 starts a 1 s scrape loop, SIGUSR2 stops it.
 # It prints "ready" once imported, and "on"/"off" once each signal has taken effect.
@@ -67,6 +81,45 @@ def quantiles(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(s), "q1": q[0], "q3": q[2], "min": s[0], "max": s[-1], "n": len(s)}
 
 
+def prometheus_client_parse(text: str) -> int:
+    """prometheus_client's parser, every sample materialised (what parse_exposition used to run)."""
+    return sum(len(family.samples) for family in text_string_to_metric_families(text))
+
+
+def parse_cold(text: str) -> object:
+    exposition._label_cache.clear()
+    exposition._name_cache.clear()
+    return parse_exposition(text)
+
+
+PARSERS = {"prometheus_client": prometheus_client_parse, "parse_exposition (warm)": parse_exposition,
+           "parse_exposition (cold)": parse_cold}
+
+
+def time_parsers(text: str, repeats: int) -> dict[str, dict[str, float]]:
+    """Each parser `repeats` times on `text`, interleaved (one of each per round), in ms."""
+    fast = exposition.fast_samples(text)  # raises NotFastPath if the page would not take the fast path
+    assert len(fast) == prometheus_client_parse(text), "the fast path lost samples"
+    times: dict[str, list[float]] = {name: [] for name in PARSERS}
+    parse_exposition(text)  # fill the label cache, as the scrape before would have
+    for _ in range(repeats):
+        for name, fn in PARSERS.items():
+            t0 = time.perf_counter()
+            fn(text)
+            times[name].append((time.perf_counter() - t0) * 1e3)
+        parse_exposition(text)  # the cold run emptied the cache: warm it again for the next round
+    return {name: quantiles(v) for name, v in times.items()}
+
+
+def print_parsers(figures: dict[str, dict[str, float]], page_bytes: int, where: str) -> None:
+    base = figures["prometheus_client"]["median"]
+    print(f"parse one page ({page_bytes:,} bytes, {where}), median over {figures['prometheus_client']['n']} runs each, "
+          "side by side:")
+    for name, q in figures.items():
+        print(f"  {name:26s} median {q['median']:7.2f} ms (IQR {q['q1']:.2f}-{q['q3']:.2f}, min {q['min']:.2f})"
+              f"  {base / q['median']:5.1f}x")
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of one process, from /proc (clock ticks -> seconds)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -74,7 +127,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def time_scrapes(url: str, n: int, server_pid: int | None) -> dict[str, dict[str, float]]:
-    get_ms, parse_ms, total_ms, sizes = [], [], [], []
+    get_ms, parse_ms, total_ms, sizes, pc_ms = [], [], [], [], []
     async with make_session() as session:
         await get_text(session, url + "/metrics")  # warm the connection
         cpu0 = cpu_seconds(server_pid) if server_pid else None
@@ -84,6 +137,8 @@ async def time_scrapes(url: str, n: int, server_pid: int | None) -> dict[str, di
             t1 = time.perf_counter()
             parse_exposition(answer.text)
             t2 = time.perf_counter()
+            prometheus_client_parse(answer.text)  # the same page, side by side
+            pc_ms.append((time.perf_counter() - t2) * 1e3)
             get_ms.append((t1 - t0) * 1e3)
             parse_ms.append((t2 - t1) * 1e3)
             total_ms.append((t2 - t0) * 1e3)
@@ -93,7 +148,8 @@ async def time_scrapes(url: str, n: int, server_pid: int | None) -> dict[str, di
         # that other processes on the machine cannot blur, unlike wall-clock throughput.
         cpu = (cpu_seconds(server_pid) - cpu0) * 1e3 / n if server_pid and cpu0 is not None else None
     out = {"get_ms": quantiles(get_ms), "parse_ms": quantiles(parse_ms), "total_ms": quantiles(total_ms),
-           "page_bytes": quantiles([float(s) for s in sizes])}
+           "prometheus_client_parse_ms": quantiles(pc_ms), "page_bytes": quantiles([float(s) for s in sizes])}
+    out["parsers_on_last_page"] = time_parsers(answer.text, 100)
     if cpu is not None:
         out["server_cpu_ms_per_scrape"] = {"mean": cpu, "n": n}
     return out
@@ -176,7 +232,19 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--parse-only", action="store_true", help="time the parsers on --page only (no server)")
+    ap.add_argument("--page", type=Path, default=DEFAULT_PAGE, help="the page for --parse-only")
+    ap.add_argument("--repeats", type=int, default=300, help="parses per parser with --parse-only")
     args = ap.parse_args()
+    if args.parse_only:
+        text = args.page.read_text()
+        figures = time_parsers(text, args.repeats)
+        print_parsers(figures, len(text.encode()), args.page.name)
+        print(f"load average (1 min) {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        if args.json:
+            args.json.write_text(json.dumps({"parsers": figures, "page": str(args.page),
+                                             "page_bytes": len(text.encode())}, indent=2))
+        return 0
 
     server = None
     url = args.url
@@ -196,7 +264,7 @@ def main() -> int:
         pairs: list[tuple[float, float]] = []
         scraper = Scraper(url)
         try:
-            for i in range(args.pairs):
+            for i in range(args.pairs):  # --pairs 0: the scrape and parse figures only
                 tps = {}
                 for scraping in ((False, True) if i % 2 == 0 else (True, False)):  # A B, then B A, ...
                     tps[scraping] = run_arm(url, args.model, scraper, scraping, args)
@@ -209,6 +277,16 @@ def main() -> int:
         if server is not None:
             server.stop()
 
+    t = scrape["total_ms"]
+    print(f"scrape+parse one page ({scrape['page_bytes']['median']:.0f} bytes): median {t['median']:.2f} ms "
+          f"(IQR {t['q1']:.2f}-{t['q3']:.2f}; GET {scrape['get_ms']['median']:.2f}, "
+          f"parse {scrape['parse_ms']['median']:.2f}; prometheus_client's parser on the same pages "
+          f"{scrape['prometheus_client_parse_ms']['median']:.2f}) over {t['n']} scrapes")
+    print_parsers(scrape["parsers_on_last_page"], int(scrape["page_bytes"]["median"]), "the last scraped page")
+    if not pairs:
+        if args.json:
+            args.json.write_text(json.dumps({"scrape": scrape}, indent=2))
+        return 0
     a, b = quantiles(results["without"]), quantiles(results["with"])
     diff, lo, hi = paired_change(pairs)
     figures = {"scrape": scrape, "throughput_tok_s": {"without_scraper": results["without"],
@@ -218,10 +296,6 @@ def main() -> int:
                "loadavg_1m_before_after": [load_before[0], os.getloadavg()[0]], "cpus": os.cpu_count(),
                "workload": {"requests": args.requests, "concurrency": args.concurrency,
                             "max_tokens": args.max_tokens, "pairs": args.pairs}}
-    t = scrape["total_ms"]
-    print(f"scrape+parse one page ({scrape['page_bytes']['median']:.0f} bytes): median {t['median']:.2f} ms "
-          f"(IQR {t['q1']:.2f}-{t['q3']:.2f}; GET {scrape['get_ms']['median']:.2f}, "
-          f"parse {scrape['parse_ms']['median']:.2f}) over {t['n']} scrapes")
     if "server_cpu_ms_per_scrape" in scrape:
         cpu = scrape["server_cpu_ms_per_scrape"]["mean"]
         print(f"API-server CPU per scrape: {cpu:.1f} ms (a 1 s loop costs the server {cpu / 10:.1f}% of one core)")

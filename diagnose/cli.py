@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     except DiagnoseError as exc:
         print(f"llm-diagnose: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        if exc.filename is None:  # not a file problem (those have a name): let it show
+            raise
+        # A file the command had to read or write and could not (a link refused, a full disk, a
+        # folder removed mid-run): bad input or output, in one line.
+        print(f"llm-diagnose: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         print("llm-diagnose: interrupted; samples taken so far are kept on disk", file=sys.stderr)
         return ExitCode.INTERRUPTED

@@ -11,6 +11,9 @@ A run folder holds, as they are produced:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -19,7 +22,7 @@ from diagnose.diagnosis import Diagnosis
 from diagnose.errors import TargetError, UsageError
 from diagnose.evidence import Evidence, Target
 from diagnose.report import console
-from diagnose.runfolder import DIAGNOSIS, EVIDENCE, SUMMARY, write_atomic
+from diagnose.runfolder import DIAGNOSIS, EVIDENCE, METRICS, SUMMARY, UnsafePathError, write_atomic
 from diagnose.slo import SLO
 from diagnose.thresholds import Thresholds
 from diagnose.tree import diagnose
@@ -32,7 +35,7 @@ from probes.metrics.window import ScrapeRecord, Window
 from probes.torch_probe.evidence import evidence_from_window as torch_probe_evidence
 from probes.results import Result
 
-__all__ = ["RunPlan", "RunResult", "run_target", "finish_run"]
+__all__ = ["RunPlan", "RunResult", "run_target", "finish_run", "window_restarts", "evidence_from_scrapes"]
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,58 @@ class RunResult:
     diagnosis: Diagnosis
     out_dir: Path
     partial: str = ""  # why the run ended early, "" when it did not
+    restarts: tuple[float, ...] = ()  # unix times of the pages where the server had restarted
+
+
+def window_restarts(window: Window) -> tuple[float, ...]:
+    """The unix times of the pages at which the server had restarted since the page before:
+    a counter series went down, or its `_created` timestamp changed."""
+    ok = window.ok_records
+    out = []
+    for a, b in zip(ok, ok[1:]):
+        assert a.scrape is not None and b.scrape is not None
+        before, after = a.scrape, b.scrape
+        restarted = any(before.created.get(key, t) != t for key, t in after.created.items())
+        for name, kind in after.types.items():
+            if restarted:
+                break
+            if kind != "counter":
+                continue
+            prev = {s.labels: s.value for s in before.samples.get(name, ())}
+            restarted = any(s.value < prev.get(s.labels, -math.inf) for s in after.samples.get(name, ()))
+        if restarted:
+            out.append(b.t_wall)
+    return tuple(out)
+
+
+def _restart_line(restarts: tuple[float, ...]) -> str:
+    if not restarts:
+        return ""
+    when = ", ".join(time.strftime("%H:%M:%S UTC", time.gmtime(t)) for t in restarts[:5])
+    more = f" and {len(restarts) - 5} more" if len(restarts) > 5 else ""
+    return (f"SERVER RESTARTED in the window ({len(restarts)} time(s): first seen at {when}{more}): counters went "
+            "back to zero; increases are counted from zero after each restart (as Prometheus rate() does), and "
+            "gauges and configuration are those of the server after it. Rerun on a server that stays up "
+            "for a clean window.")
+
+
+def evidence_from_scrapes(run_dir: Path) -> Evidence:
+    """Evidence rebuilt from a run folder's metrics.jsonl alone: what an interrupted run (Ctrl-C,
+    a killed process) leaves behind. Passive evidence only; the window is marked incomplete."""
+    path = Path(run_dir) / METRICS
+    try:
+        window = Window.from_jsonl(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    if not window.ok_records:
+        raise UsageError(f"{path} holds no readable scrape ({window.describe()}): nothing to diagnose")
+    window = dataclasses.replace(
+        window, stopped_early=f"the run did not finish (no {EVIDENCE}): evidence rebuilt from {METRICS}")
+    return Evidence(Target(url=window.source, label=Path(run_dir).name), passive_evidence(window))
 
 
 async def _collect(plan: RunPlan, on_sample: Callable[[ScrapeRecord, int], None] | None,
-                   active: Callable | None) -> tuple[dict[str, Result], str]:
+                   active: Callable | None) -> tuple[dict[str, Result], str, tuple[float, ...]]:
     base = normalize_base_url(plan.url)
     async with make_session() as session:
         found = await discovery.discover(base, metrics_url=plan.metrics_url, session=session)
@@ -78,7 +129,7 @@ async def _collect(plan: RunPlan, on_sample: Callable[[ScrapeRecord, int], None]
     items.update(active_items)
     items.update(trace_items_for(items, plan.trace, plan.trace_format, block_size=plan.block_size,
                                  kv_capacity_tokens=plan.kv_capacity_tokens))
-    return items, window.stopped_early or ""
+    return items, window.stopped_early or "", window_restarts(window)
 
 
 def trace_items_for(items: Mapping[str, Result], trace: Path | None, fmt: str = "auto", *,
@@ -108,7 +159,8 @@ def _positive_int(result: Result | None) -> int | None:
     return int(value)
 
 
-def finish_run(plan: RunPlan, items: dict[str, Result], partial: str = "") -> RunResult:
+def finish_run(plan: RunPlan, items: dict[str, Result], partial: str = "",
+               restarts: tuple[float, ...] = ()) -> RunResult:
     """Diagnose what was collected and write evidence, diagnosis and summary."""
     evidence = Evidence(Target(url=redact_url(plan.url), label=plan.out_dir.name), items)
     evidence = evidence.with_items(plan.extra_items)
@@ -117,10 +169,12 @@ def finish_run(plan: RunPlan, items: dict[str, Result], partial: str = "") -> Ru
     write_atomic(plan.out_dir / EVIDENCE, evidence.to_json())
     write_atomic(plan.out_dir / DIAGNOSIS, diagnosis.to_json())
     summary = console.render(diagnosis, evidence)
+    if restarts:
+        summary = _restart_line(restarts) + "\n\n" + summary
     if partial:
         summary = f"PARTIAL RUN: {partial}\n\n" + summary
     write_atomic(plan.out_dir / SUMMARY, summary)
-    return RunResult(evidence, diagnosis, plan.out_dir, partial)
+    return RunResult(evidence, diagnosis, plan.out_dir, partial, restarts)
 
 
 def run_target(plan: RunPlan, *, on_sample: Callable[[ScrapeRecord, int], None] | None = None,
@@ -132,9 +186,11 @@ def run_target(plan: RunPlan, *, on_sample: Callable[[ScrapeRecord, int], None] 
     """
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        items, partial = asyncio.run(_collect(plan, on_sample, active))
+        items, partial, restarts = asyncio.run(_collect(plan, on_sample, active))
     except InvalidTargetURL as exc:
         raise UsageError(str(exc)) from None
+    except UnsafePathError as exc:  # a link planted in the run folder while it ran
+        raise UsageError(f"run folder: {exc}") from None
     except ProbeHTTPError as exc:
         raise TargetError(str(exc)) from None
-    return finish_run(plan, items, partial)
+    return finish_run(plan, items, partial, restarts)

@@ -23,6 +23,8 @@ __all__ = [
     "Answer",
     "Recommendation",
     "PitfallCheck",
+    "SanityFinding",
+    "HEADLINE_KINDS",
     "Diagnosis",
     "DIAGNOSIS_SCHEMA",
 ]
@@ -32,7 +34,7 @@ DIAGNOSIS_VERSION = 1
 
 QUESTIONS = ("Q1", "Q2", "Q3", "Q4", "Q5", "Q6", "KV", "OB")
 TECHNIQUES = (
-    "quantization", "parallelism", "prefix-caching", "continuous-batching", "paged-attention",
+    "quantization", "parallelism", "scale-out", "prefix-caching", "continuous-batching", "paged-attention",
     "speculative-decoding", "chunked-prefill", "pd-disaggregation", "kv-offload", "offline-batch",
 )
 PITFALLS = (
@@ -41,7 +43,9 @@ PITFALLS = (
 )
 
 AnswerValue = Literal["yes", "no", "unknown"]
-Status = Literal["recommended", "in-place", "not-working", "not-indicated", "unknown"]
+Status = Literal["recommended", "in-place", "on-unverified", "not-working", "not-indicated", "unknown"]
+# What the headline is about, most consequential first (see diagnose.headline).
+HEADLINE_KINDS = ("pitfall", "fix", "capacity", "use", "none-found", "nothing-measured")
 
 
 def _tuple_of(cls, items):
@@ -113,7 +117,7 @@ class Answer:
     comparisons: tuple[Comparison, ...] = ()
     evidence: tuple[str, ...] = ()  # keys read
     missing: tuple[Missing, ...] = ()
-    verdict: str = ""  # a finer outcome, e.g. Q1 "does-not-fit" / "kv-bound"
+    verdict: str = ""  # a finer outcome, e.g. Q1 "does-not-fit" / "overloaded"
 
     def to_dict(self) -> dict:
         return {
@@ -195,6 +199,21 @@ class PitfallCheck:
 
 
 @dataclass(frozen=True)
+class SanityFinding:
+    """Evidence that cannot be true, or contradicts other evidence (diagnose.sanity)."""
+
+    key: str
+    problem: str
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "problem": self.problem}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "SanityFinding":
+        return cls(str(d["key"]), str(d["problem"]))
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     engine: str  # the engine settings are shown for first ("unknown" shows all)
     bottleneck: str  # one line: the first thing to fix, or that nothing was found
@@ -207,6 +226,9 @@ class Diagnosis:
     target: str = ""
     slo: SLO = SLO()  # what the latency answers were judged against (undeclared: the fixed thresholds)
     slo_checks: tuple[ObjectiveCheck, ...] = ()  # each objective, met or broken where the evidence shows it
+    headline_kind: str = "none-found"  # one of HEADLINE_KINDS
+    headline_subject: str = ""  # the pitfall or technique id the headline is about ("" for none/nothing)
+    sanity: tuple[SanityFinding, ...] = ()  # impossible or contradictory evidence
 
     def answer(self, question: str) -> Answer:
         return next(a for a in self.answers if a.question == question)
@@ -243,6 +265,9 @@ class Diagnosis:
             "target": self.target,
             "engine": self.engine,
             "bottleneck": self.bottleneck,
+            "headline_kind": self.headline_kind,
+            "headline_subject": self.headline_subject,
+            "sanity": [f.to_dict() for f in self.sanity],
             "path": [s.to_dict() for s in self.path],
             "answers": [a.to_dict() for a in self.answers],
             "recommendations": [r.to_dict() for r in self.recommendations],
@@ -273,6 +298,10 @@ class Diagnosis:
                 # Older diagnoses have no "slo": they were judged against the fixed thresholds.
                 slo=SLO.from_dict(d["slo"]) if d.get("slo") else SLO(),
                 slo_checks=_tuple_of(ObjectiveCheck, (d.get("slo") or {}).get("checks", ())),
+                # Older diagnoses have no headline fields or sanity findings.
+                headline_kind=str(d.get("headline_kind", "none-found")),
+                headline_subject=str(d.get("headline_subject", "")),
+                sanity=_tuple_of(SanityFinding, d.get("sanity", ())),
             )
         except KeyError as exc:
             raise ValueError(f"diagnosis is missing the field {exc.args[0]!r}") from None

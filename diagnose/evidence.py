@@ -11,9 +11,11 @@ import platform
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from probes.results import Fact, Measurement, NotMeasured, Result, now_iso, result_from_dict
+from probes.results import (Fact, InvalidValue, Measurement, NotMeasured, Result, describe_json_value, now_iso,
+                            result_from_dict)
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Target", "Evidence", "EvidenceError", "tool_version"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "Target", "Evidence", "EvidenceError", "tool_version", "INVALID_PREFIX",
+           "parse_json_document"]
 
 SCHEMA = "llm-diagnose/evidence"
 SCHEMA_VERSION = 1
@@ -21,6 +23,33 @@ SCHEMA_VERSION = 1
 
 class EvidenceError(ValueError):
     """Evidence that cannot be read; the message names the field."""
+
+
+# The reason of a NotMeasured that stands for an item whose value was of the wrong type (or not
+# finite) in the file read: the item is kept as a hole, and the diagnosis reports it.
+INVALID_PREFIX = "invalid in the input:"
+
+
+def parse_json_document(text: str) -> object:
+    """json.loads for documents this tool reads back (evidence, diagnosis, gate inputs).
+
+    Raises EvidenceError, one line, for text that is not JSON, nests deeper than Python can
+    follow, or holds an integer too long to convert; never RecursionError or a bare ValueError.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EvidenceError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise EvidenceError("not readable: nested too deeply (arrays or objects inside one another "
+                            "hundreds of times)") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise EvidenceError(f"not readable: {exc}") from None
+
+
+def _invalid(key: str, what: str) -> NotMeasured:
+    return NotMeasured(reason=f"{INVALID_PREFIX} {what}",
+                       hint=f"fix items.{key} in the evidence file, or measure again (llm-diagnose run)")
 
 
 def tool_version() -> str:
@@ -146,7 +175,7 @@ class Evidence:
         if d.get("schema") != SCHEMA:
             raise EvidenceError(f"field 'schema' must be {SCHEMA!r}, got {d.get('schema')!r}")
         version = d.get("version")
-        if version != SCHEMA_VERSION:
+        if type(version) is not int or version != SCHEMA_VERSION:
             raise EvidenceError(f"field 'version' is {version!r}; this tool reads version {SCHEMA_VERSION}")
         items_raw = d.get("items")
         if not isinstance(items_raw, Mapping):
@@ -154,12 +183,18 @@ class Evidence:
         items: dict[str, Result] = {}
         for key, raw in items_raw.items():
             try:
-                items[key] = result_from_dict(raw)
-            except ValueError as exc:
+                result = result_from_dict(raw)
+            except InvalidValue as exc:  # a value of the wrong type: a hole that says so, the rest is read
+                items[key] = _invalid(key, str(exc))
+                continue
+            except ValueError as exc:  # the structure is wrong: the file is refused
                 raise EvidenceError(f"field 'items.{key}': {exc}") from None
+            items[key] = result
         target = d.get("target", {})
         if not isinstance(target, Mapping):
             raise EvidenceError("field 'target' must be an object")
+        if target.get("url") is not None and not isinstance(target.get("url"), str):
+            raise EvidenceError(f"field 'target.url' is {describe_json_value(target.get('url'))}, expected a string")
         return cls(
             target=Target.from_dict(target),
             items=items,
@@ -170,9 +205,5 @@ class Evidence:
 
     @classmethod
     def from_json(cls, text: str) -> "Evidence":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise EvidenceError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(parse_json_document(text))
 

@@ -72,6 +72,7 @@ VERDICTS: tuple[Verdict, ...] = ("regression", "inconclusive", "warning", "impro
 TAIL_MIN = 3  # samples needed beyond a tail quantile for its bootstrap to mean anything
 _CHUNK_ELEMENTS = 4_000_000  # bootstrap resamples are drawn in chunks of at most this many values
 EXACT_BOOTSTRAP_MAX = 5000  # above this many samples a quantile's bootstrap takes its order-statistic form
+NOTHING_COMPARED = "gate.nothing_compared"  # the outcome of two runs with no compared quantity between them
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,8 @@ def request_measurements(run_dir: Path | None) -> dict[str, Measurement]:
     tpot = [(r.event_times[-1] - r.event_times[0]) / (len(r.event_times) - 1) for r in done if len(r.event_times) > 1]
     series = {REQUEST_TTFT_P50: [r.ttft_s for r in done], REQUEST_TTFT_P99: [r.ttft_s for r in done],
               REQUEST_TPOT_P50: tpot, REQUEST_E2E_P50: [r.e2e_s for r in done if r.e2e_s is not None]}
+    # A record edited or damaged into a non-finite time is no sample (read_records skips what is not JSON).
+    series = {key: [v for v in values if math.isfinite(v)] for key, values in series.items()}
     prov = Provenance("client-per-request", str(path))
     out = {}
     for key, values in series.items():
@@ -418,6 +421,13 @@ def compare(baseline: RunData, current: RunData, rules: GateRules | None = None,
             notes: tuple[str, ...] = ()) -> GateResult:
     rules = rules or GateRules()
     outcomes = [compare_metric(rule, baseline.evidence, current.evidence, rules) for rule in rules.metrics]
+    if outcomes and all(o.verdict == "skipped" for o in outcomes):
+        # Two runs that measured nothing the rules compare agree on nothing: not a pass.
+        outcomes.append(Outcome(
+            NOTHING_COMPARED, "metric", "inconclusive",
+            detail=f"neither run measured any of the {len(rules.metrics)} quantities the rules compare, so no "
+                   "performance was compared: check that both runs scraped the server (their summary.txt) and "
+                   "rerun them (llm-diagnose run; --active adds per-request latencies)"))
     outcomes += compare_diagnoses(baseline.diagnosis, current.diagnosis, rules)
     return GateResult(tuple(outcomes), rules, baseline.label or "baseline", current.label or "current", notes)
 

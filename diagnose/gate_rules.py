@@ -296,4 +296,6 @@ def load_rules(path: str | Path | None) -> GateRules:
         raise GateRulesError(f"rules file {path} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise GateRulesError(f"rules file {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise GateRulesError(f"rules file {path} is not readable: arrays or tables nested too deeply") from None
     return rules_from_mapping(data, str(path))

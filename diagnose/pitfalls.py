@@ -9,21 +9,15 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from diagnose.diagnosis import Answer, PitfallCheck
+from diagnose.diagnosis import Answer, Missing, PitfallCheck
 from diagnose.evidence import Evidence
 from diagnose.reading import Reading
+from diagnose.schemes import kv_quantized, weight_scheme
+from diagnose.speculative import acceptance, decode_regime
 from diagnose.thresholds import Thresholds
 from probes import quantities as Q
 
-__all__ = ["WEIGHT_ONLY_METHODS", "QUANTIZED_KV_PREFIXES", "check_all"]
-
-# Weight-only quantization methods (activations stay 16-bit, weights are dequantized per GEMM).
-# FP8 in vLLM (`--quantization fp8`) quantizes activations too and is not in this set.
-WEIGHT_ONLY_METHODS = frozenset({
-    "awq", "awq_marlin", "gptq", "gptq_marlin", "marlin", "bitsandbytes", "gguf", "hqq", "aqlm",
-    "exl2", "w4a16", "w8a16", "int4_awq", "int8_wo", "int4_wo", "quark_w4a16",
-})
-QUANTIZED_KV_PREFIXES = ("fp8", "int8", "int4", "nvfp4")  # KV-cache dtypes that are quantized
+__all__ = ["check_all"]
 
 TITLES = {
     "dynamic-prefix": "Dynamic content at the front of the prompt defeats the prefix cache",
@@ -51,8 +45,18 @@ def dynamic_prefix(ev: Evidence, th: Thresholds) -> PitfallCheck:
         dyn = r.compare(Q.DYNAMIC_PREFIX_FRACTION, value, ">=", "q2.dynamic_prefix_fraction")
         m = ev.measurement(Q.DYNAMIC_PREFIX_FRACTION)
         where = f" ({m.note})" if m is not None and m.note else ""
+        # Judged by the share of the cache's misses it causes too: when the rest is reused, a
+        # small varying head can be most of what is still re-prefilled.
+        potential = r.num(Q.PREFIX_POTENTIAL)
+        misses = ""
+        if not dyn and potential is not None and potential < 1.0:
+            share = value / (1.0 - potential)
+            dyn = (r.compare("prompts.dynamic_share_of_misses", share, ">=", "q2.dynamic_miss_share")
+                   and r.compare(Q.DYNAMIC_PREFIX_FRACTION, value, ">=", "q2.dynamic_min_fraction"))
+            misses = f", {min(share, 1.0):.0%} of the tokens the cache misses ({1.0 - potential:.0%} of all)"
         return _check(r, "dynamic-prefix", dyn,
-                      f"{value:.0%} of prompt tokens repeat other prompts' content behind a varying lead{where}",
+                      f"{value:.0%} of prompt tokens{misses} repeat other prompts' content behind a varying "
+                      f"lead{where}",
                       "move the varying part (timestamps, user or request ids) to the end of the prompt, "
                       "after the static system prompt and context")
     caching = r.flag(Q.PREFIX_CACHING)
@@ -100,23 +104,14 @@ def batch_not_growing(ev: Evidence, th: Thresholds) -> PitfallCheck:
 def spec_low_acceptance(ev: Evidence, th: Thresholds) -> PitfallCheck:
     r = Reading(ev, th)
     enabled = r.flag(Q.SPEC_DECODE)
-    rate = r.num(Q.SPEC_ACCEPTANCE_RATE)
-    length = r.num(Q.SPEC_ACCEPTANCE_LENGTH)
     if enabled is False:
         return _check(r, "spec-decode-low-acceptance", False, "speculative decoding is not enabled")
-    if rate is None and length is None:
+    low, why, _ = acceptance(r)
+    if low is None:
         return _check(r, "spec-decode-low-acceptance", None,
-                      "speculative decoding " + ("is on but" if enabled else "may be on, and")
-                      + " its acceptance counters were not measured")
-    low = False
-    if rate is not None:
-        low = r.compare(Q.SPEC_ACCEPTANCE_RATE, rate, "<", "q5.min_acceptance_rate") or low
-    if length is not None:
-        low = r.compare(Q.SPEC_ACCEPTANCE_LENGTH, length, "<", "q5.min_acceptance_length") or low
-    shown = f"{rate:.0%} of drafted tokens accepted" if rate is not None else f"{length:.2f} tokens per step"
-    return _check(r, "spec-decode-low-acceptance", low,
-                  f"{shown}: " + ("each verify step costs more than the drafts save" if low else "drafts pay off"),
-                  "use a draft model closer to the target (or EAGLE heads trained for it), lower "
+                      "speculative decoding " + ("is on but" if enabled else "may be on, and") + f" {why}")
+    return _check(r, "spec-decode-low-acceptance", low, why,
+                  "use a draft closer to the target (EAGLE-3 or MTP heads trained for it), lower "
                   "num_speculative_tokens, or turn speculative decoding off for this workload")
 
 
@@ -141,20 +136,27 @@ def weight_only_quantization(ev: Evidence, th: Thresholds, answers: Mapping[str,
     method = r.text(Q.WEIGHT_QUANTIZATION)
     if method is None:
         return _check(r, "weight-only-quantization", None, "the weight quantization method was not observed")
-    if method.lower() not in WEIGHT_ONLY_METHODS:
+    scheme = weight_scheme(method)
+    if scheme is None:
+        r.missing.append(Missing(Q.WEIGHT_QUANTIZATION, f"{method!r} names a format, not its scheme",
+                                 "the checkpoint's quantization_config (config.json), or vLLM dev-mode /server_info"))
+        return _check(r, "weight-only-quantization", None,
+                      f"the scheme behind {method!r} was not observed (weight-only W4A16, or W8A8 with activations?)")
+    if scheme != "weight-only":
         return _check(r, "weight-only-quantization", False,
-                      "weights are not quantized" if method.lower() in ("none", "") else f"{method} is not weight-only")
-    kv_dtype = (r.text(Q.KV_CACHE_DTYPE) or "auto").lower()
-    kv_bound = answers["Q1"].verdict == "kv-bound"
-    running = r.num(Q.RUNNING_MEAN)
-    big_batch = running is not None and r.compare(Q.RUNNING_MEAN, running, ">=", "q1.large_batch")
-    kv_unquantized = not kv_dtype.startswith(QUANTIZED_KV_PREFIXES)
+                      "weights are not quantized" if scheme == "none" else f"{method} quantizes activations too")
+    kv_dtype = r.text(Q.KV_CACHE_DTYPE) or "auto"
+    q1 = answers["Q1"].verdict
+    kv_p95 = r.num(Q.KV_USAGE_P95)
+    kv_full = q1 in ("overloaded", "kv-too-small") or (
+        kv_p95 is not None and r.compare(Q.KV_USAGE_P95, kv_p95, ">=", "q1.kv_saturation"))
+    regime, regime_why = decode_regime(r, "q1.large_batch")
     reasons = []
-    if kv_bound and kv_unquantized:
+    if kv_full and not kv_quantized(kv_dtype):
         reasons.append(f"the KV cache ({kv_dtype}) is still full: weight-only {method} freed too little of it")
-    if big_batch:
-        reasons.append(f"at a batch of {running:.0f} decode is compute-bound and dequantization costs time")
-    if not reasons and running is None and not kv_bound:
+    if regime == "compute":
+        reasons.append(f"{regime_why}, and dequantizing weights on every GEMM costs time there")
+    if not reasons and regime is None and not kv_full:
         return _check(r, "weight-only-quantization", None, "needs the running batch size to judge")
     return _check(r, "weight-only-quantization", bool(reasons),
                   "; ".join(reasons) if reasons else f"{method} fits this small-batch, memory-bound decode",
@@ -169,6 +171,9 @@ def warm_cache_benchmark(ev: Evidence, th: Thresholds) -> PitfallCheck:
                       "the benchmark's first requests already hit the prefix cache: it was warm from earlier runs",
                       "reset the cache before each run (vLLM: POST /reset_prefix_cache in dev mode, or restart), "
                       "or salt the prompts per run")
+    if first is False:
+        # A cold start: a live rate above the workload's reuse is then a counting error (sanity), not warmth.
+        return _check(r, "warm-cache-benchmark", False, "the first requests missed the cache, as a cold start should")
     hit = r.num(Q.PREFIX_HIT_RATE)
     potential = r.num(Q.PREFIX_POTENTIAL)
     if hit is not None and potential is not None:
@@ -178,8 +183,6 @@ def warm_cache_benchmark(ev: Evidence, th: Thresholds) -> PitfallCheck:
                       f"the live hit rate ({hit:.0%}) exceeds what the workload itself shares ({potential:.0%})"
                       if warm else "the live hit rate is within what the workload shares",
                       "reset the prefix cache between runs, or salt the prompts per run")
-    if first is False:
-        return _check(r, "warm-cache-benchmark", False, "the first requests missed the cache, as a cold start should")
     return _check(r, "warm-cache-benchmark", None,
                   "needs the hit rate of the first requests, or the workload's own reuse beside the live hit rate")
 

@@ -18,7 +18,9 @@ from typing import Callable
 
 from diagnose.diagnosis import Answer, Comparison
 from diagnose.evidence import Evidence
+from diagnose.fit import TITLE as Q1_TITLE, ask_q1
 from diagnose.reading import Reading
+from diagnose.signals import in_flight, load_level, setting
 from diagnose.slo import SLO, ObjectiveCheck
 from diagnose.thresholds import Thresholds
 from probes import quantities as Q
@@ -28,7 +30,7 @@ __all__ = ["QUESTION_TITLES", "ASK", "SLO_QUESTIONS", "ask_all", "workload_inter
 UNDECLARED = SLO()
 
 QUESTION_TITLES = {
-    "Q1": "Does the model fit the hardware with room to spare?",
+    "Q1": Q1_TITLE,
     "Q2": "Do requests share prompt prefixes?",
     "Q3": "Do requests of very different output lengths arrive concurrently?",
     "Q4": "Does KV-cache fragmentation cap the batch size?",
@@ -40,58 +42,7 @@ QUESTION_TITLES = {
 
 
 def _answer(r: Reading, q: str, answer: str, confidence: float, rationale: str, verdict: str = "") -> Answer:
-    # An answer lists as missing only what it did not manage to read: a key that some
-    # other signal made unnecessary is still listed, since measuring it would add confidence.
-    return Answer(
-        question=q, title=QUESTION_TITLES[q], answer=answer,  # type: ignore[arg-type]
-        confidence=round(max(0.0, min(1.0, confidence)), 3), rationale=rationale,
-        comparisons=tuple(r.comparisons), evidence=tuple(r.used), missing=tuple(r.missing), verdict=verdict,
-    )
-
-
-def ask_q1(ev: Evidence, th: Thresholds) -> Answer:
-    r = Reading(ev, th)
-    weights = r.num(Q.WEIGHTS_FRACTION)
-    tight = False
-    if weights is not None:
-        if r.compare(Q.WEIGHTS_FRACTION, weights, ">", "q1.device_limit"):
-            return _answer(r, "Q1", "no", 0.95, "the weights alone exceed one device's memory", "does-not-fit")
-        tight = r.compare(Q.WEIGHTS_FRACTION, weights, ">", "q1.max_weights_fraction")
-    kv_p95 = r.num(Q.KV_USAGE_P95)
-    preempted = r.num(Q.PREEMPTIONS)
-    waiting = r.num(Q.WAITING_MEAN)
-    kv_full = None if kv_p95 is None else r.compare(Q.KV_USAGE_P95, kv_p95, ">=", "q1.kv_saturation")
-    turned_away = None
-    if preempted is not None and preempted > 0:
-        turned_away = True
-    if waiting is not None:
-        queued = r.compare(Q.WAITING_MEAN, waiting, ">=", "q1.min_waiting")
-        turned_away = bool(turned_away) or queued
-    elif turned_away is None and preempted is not None:
-        turned_away = False
-
-    if tight:
-        return _answer(r, "Q1", "no", 0.85 * r.quality(Q.WEIGHTS_FRACTION),
-                       f"the weights take {weights:.0%} of a device, leaving little for the KV cache", "tight")
-    if kv_full and turned_away:
-        why = "requests were preempted" if preempted else "requests waited for capacity"
-        return _answer(r, "Q1", "no", 0.85 * r.quality(Q.KV_USAGE_P95),
-                       f"the KV cache ran full (p95 usage {kv_p95:.0%}) and {why}", "kv-bound")
-    if kv_p95 is None and weights is None:
-        return _answer(r, "Q1", "unknown", 0.0, "neither the weights' share of memory nor KV usage was measured")
-    gen = r.num(Q.GEN_TOKENS_PER_S)
-    idle = gen is not None and gen == 0
-    conf = 0.8 if (kv_p95 is not None and weights is not None) else 0.6
-    if kv_full and turned_away is None:
-        return _answer(r, "Q1", "unknown", 0.0,
-                       "the KV cache ran full, but whether requests were turned away was not measured")
-    rationale = "the model fits"
-    if kv_p95 is not None:
-        rationale += f"; KV usage stayed at p95 {kv_p95:.0%}" + (" without preemption or queueing" if kv_full else "")
-    if idle:
-        rationale += " (no tokens were generated in the window, so demand was not tested)"
-        conf = 0.3
-    return _answer(r, "Q1", "yes", conf * r.quality(Q.KV_USAGE_P95), rationale, "fits")
+    return r.answer(q, QUESTION_TITLES[q], answer, confidence, rationale, verdict)
 
 
 def ask_q2(ev: Evidence, th: Thresholds) -> Answer:
@@ -99,14 +50,24 @@ def ask_q2(ev: Evidence, th: Thresholds) -> Answer:
     potential = r.num(Q.PREFIX_POTENTIAL)
     if potential is not None:
         shares = r.compare(Q.PREFIX_POTENTIAL, potential, ">=", "q2.min_reuse_fraction")
-        return _answer(r, "Q2", "yes" if shares else "no", 0.9 * r.quality(Q.PREFIX_POTENTIAL),
+        conf = r.conf("direct")
+        hit = r.num(Q.PREFIX_HIT_RATE) if r.evidence.fact(Q.PREFIX_CACHING) is True else None
+        if hit is not None and (hit >= r.thresholds["q2.min_reuse_fraction"]) != shares:
+            conf *= r.conf("disagreement")  # the live cache says otherwise
+        return _answer(r, "Q2", "yes" if shares else "no", conf * r.quality(Q.PREFIX_POTENTIAL),
                        f"an exact-prefix cache could serve {potential:.0%} of the prompt tokens of the workload")
-    caching = r.flag(Q.PREFIX_CACHING)
+    caching, _ = setting(r, Q.PREFIX_CACHING)  # on by the engine's default counts: it is what ran
     hit = r.num(Q.PREFIX_HIT_RATE)
     queried = r.num(Q.PREFIX_QUERIED_TOKENS)
     if caching and hit is not None and (queried is None or queried > 0):
+        if r.compare(Q.PREFIX_HIT_RATE, hit, "<=", "q2.dead_hit_rate"):
+            return _answer(r, "Q2", "unknown", 0.0,
+                           f"the live prefix cache hit {hit:.1%} of lookups: that cannot tell 'nothing shared' from "
+                           "'shared content the cache cannot see' (a varying head, blocks larger than the shared "
+                           "part); give a trace (--trace) or run the active prefix experiment (--active)")
         shares = r.compare(Q.PREFIX_HIT_RATE, hit, ">=", "q2.min_reuse_fraction")
-        conf = 0.75 if shares else 0.55  # a low live rate may hide sharing the cache lost to eviction
+        # A low live rate may hide sharing the cache lost to eviction: weaker than a high one.
+        conf = r.conf("counters") if shares else r.conf("proxy")
         return _answer(r, "Q2", "yes" if shares else "no", conf * r.quality(Q.PREFIX_HIT_RATE),
                        f"the live prefix cache served {hit:.0%} of the prompt tokens it was asked for")
     if caching is False:
@@ -120,27 +81,25 @@ def ask_q3(ev: Evidence, th: Thresholds) -> Answer:
     r = Reading(ev, th)
     slowdown = r.num(Q.SHORT_WAIT_FOR_LONG)
     cv = r.num(Q.OUTPUT_LEN_CV)
-    conc = r.num(Q.CONCURRENCY_MEAN)
-    conc_key = Q.CONCURRENCY_MEAN
-    if conc is None:
-        # In flight = running + waiting: a static server runs one request at a time while
-        # the others wait, so its running batch alone would hide the concurrency.
-        running = r.num(Q.RUNNING_MEAN)
-        waiting = r.num(Q.WAITING_MEAN)
-        if running is not None:
-            conc = running + (waiting or 0.0)
-            conc_key = f"{Q.RUNNING_MEAN}+{Q.WAITING_MEAN}" if waiting is not None else Q.RUNNING_MEAN
+    # In flight = running + waiting: a static server runs one request at a time while the
+    # others wait, so its running batch alone would hide the concurrency.
+    conc, conc_key = in_flight(r)
     varied = None if cv is None else r.compare(Q.OUTPUT_LEN_CV, cv, ">=", "q3.min_output_cv")
     concurrent = None if conc is None else r.compare(conc_key, conc, ">=", "q3.min_concurrency")
     if slowdown is not None and r.compare(Q.SHORT_WAIT_FOR_LONG, slowdown, ">=", "q3.max_short_slowdown"):
-        return _answer(r, "Q3", "yes", 0.9 * r.quality(Q.SHORT_WAIT_FOR_LONG),
+        return _answer(r, "Q3", "yes", r.conf("direct") * r.quality(Q.SHORT_WAIT_FOR_LONG),
                        f"short requests beside long ones took {slowdown:.1f}x as long as alone", "short-waits-for-long")
+    tokens = r.num(Q.GEN_TOKENS_PER_S)
+    if concurrent is False and (conc == 0 or (tokens is not None and tokens < th["load.min_tokens_per_s"])):
+        return _answer(r, "Q3", "unknown", 0.0, "no requests ran in the window: whether they overlap under real "
+                       "traffic was not seen")
     if varied is False or concurrent is False:
         why = (f"output lengths are similar (CV {cv:.2f})" if varied is False
                else f"requests rarely overlap (mean {conc:.1f} in flight)")
-        return _answer(r, "Q3", "no", 0.8 * r.quality(Q.OUTPUT_LEN_CV, Q.CONCURRENCY_MEAN, Q.RUNNING_MEAN), why)
+        return _answer(r, "Q3", "no", r.conf("counters") * r.quality(Q.OUTPUT_LEN_CV, Q.CONCURRENCY_MEAN, Q.RUNNING_MEAN),
+                       why)
     if varied and concurrent:
-        return _answer(r, "Q3", "yes", 0.8 * r.quality(Q.OUTPUT_LEN_CV, Q.CONCURRENCY_MEAN, Q.RUNNING_MEAN),
+        return _answer(r, "Q3", "yes", r.conf("counters") * r.quality(Q.OUTPUT_LEN_CV, Q.CONCURRENCY_MEAN, Q.RUNNING_MEAN),
                        f"output lengths vary (CV {cv:.2f}) and {conc:.1f} requests are in flight on average")
     return _answer(r, "Q3", "unknown", 0.0, "output-length spread or concurrency was not measured")
 
@@ -150,11 +109,11 @@ def ask_q4(ev: Evidence, th: Thresholds) -> Answer:
     waste = r.num(Q.KV_WASTE_FRACTION)
     if waste is not None:
         capped = r.compare(Q.KV_WASTE_FRACTION, waste, ">=", "q4.max_kv_waste")
-        return _answer(r, "Q4", "yes" if capped else "no", 0.85 * r.quality(Q.KV_WASTE_FRACTION),
+        return _answer(r, "Q4", "yes" if capped else "no", r.conf("direct") * r.quality(Q.KV_WASTE_FRACTION),
                        f"{waste:.0%} of the allocated KV memory holds no token")
     paged = r.flag(Q.PAGED_KV)
     if paged:
-        return _answer(r, "Q4", "no", 0.7,
+        return _answer(r, "Q4", "no", r.conf("config"),
                        "the engine allocates the KV cache in blocks, wasting at most one block per sequence",
                        "paged")
     return _answer(r, "Q4", "unknown", 0.0, "KV allocation (paged or reserved per request) was not observed")
@@ -194,7 +153,7 @@ def ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
     if interactive is False:
         if slo.interactive is None:
             r.flag(Q.INTERACTIVE)  # the fact it was decided by, in the answer's evidence
-        return _answer(r, "Q5", "no", 0.9, f"nobody waits for single responses, {who}: per-token latency is "
+        return _answer(r, "Q5", "no", r.conf("direct"), f"nobody waits for single responses, {who}: per-token latency is "
                        "no one's complaint, throughput is", "offline")
     p50 = r.num(Q.ITL_P50)
     p99 = r.num(Q.ITL_P99)
@@ -210,14 +169,14 @@ def ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
     basis = " (against the fixed thresholds q5.max_itl_*: no ITL objective declared)"
     if (slow_median or slow_tail) and decode_dominates is not False:
         what = f"median {p50 * 1e3:.0f} ms" if slow_median else f"p99 {p99 * 1e3:.0f} ms"
-        conf = (0.8 if decode_dominates else 0.6) * quality
+        conf = (r.conf("counters") if decode_dominates else r.conf("proxy")) * quality
         return _answer(r, "Q5", "yes", conf, f"tokens arrive slowly ({what} between tokens){basis}")
     if slow_median or slow_tail:
-        return _answer(r, "Q5", "no", 0.6 * quality,
+        return _answer(r, "Q5", "no", r.conf("proxy") * quality,
                        f"decode is slow but only {share:.0%} of request time is decode: prefill or queueing "
                        f"dominate{basis}")
     shown = f"{p50 * 1e3:.1f} ms median" if p50 is not None else f"{p99 * 1e3:.1f} ms p99"
-    return _answer(r, "Q5", "no", 0.8 * quality, f"inter-token latency is within target ({shown}){basis}")
+    return _answer(r, "Q5", "no", r.conf("counters") * quality, f"inter-token latency is within target ({shown}){basis}")
 
 
 def _q5_against_slo(r: Reading, slo: SLO, share: float | None) -> Answer:
@@ -233,11 +192,11 @@ def _q5_against_slo(r: Reading, slo: SLO, share: float | None) -> Answer:
     quality = r.quality(*keys) if keys else 0.0
     direct = all(not c.bound for c in checks if c.met is not None)
     if broken:
-        conf = (0.85 if direct else 0.7) * quality
+        conf = (r.conf("direct") if direct else r.conf("config")) * quality
         tail = ""
         if share is not None and share < r.thresholds["q5.min_decode_share"]:
             tail = f"; decode is only {share:.0%} of request time, so end-to-end latency gains less"
-            conf *= 0.85
+            conf *= r.conf("disagreement")
         return _answer(r, "Q5", "yes", conf,
                        f"decode latency breaks the SLO's ITL objective: {_labels(broken)}{tail}", "slo-broken")
     if unjudged:
@@ -246,7 +205,7 @@ def _q5_against_slo(r: Reading, slo: SLO, share: float | None) -> Answer:
                        + "; ".join(f"{c.objective.label}: {c.how}" for c in unjudged)
                        + " (measure every gap with --active; the fixed q5 thresholds are not used when an ITL "
                        "objective is declared)", "slo-not-judged")
-    return _answer(r, "Q5", "no", (0.85 if direct else 0.7) * quality,
+    return _answer(r, "Q5", "no", (r.conf("direct") if direct else r.conf("config")) * quality,
                    f"inter-token latency meets the SLO's ITL objective: {_labels(checks)}", "slo-met")
 
 
@@ -281,22 +240,31 @@ def ask_q6(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
         return rationale + tail
 
     inflation = r.num(Q.ITL_INFLATION)
+    corr = r.num(Q.PROMPT_ITL_CORRELATION)
+    corr_contend = None if corr is None else r.compare(Q.PROMPT_ITL_CORRELATION, corr, ">=", "q6.min_correlation")
     if inflation is not None:
         m = r.measurement(Q.ITL_INFLATION)
         contend = r.compare(Q.ITL_INFLATION, inflation, ">=", "q6.min_itl_inflation")
-        conf = 0.9
+        conf = r.conf("direct")
         if m is not None and m.summary is not None and m.summary.ci_low <= 1.0 < m.summary.ci_high:
-            conf = 0.5  # the interval includes "no inflation"
+            conf = min(conf, r.conf("ambiguous"))  # the interval includes "no inflation"
+        if corr_contend is not None and corr_contend != contend:
+            conf *= r.conf("disagreement")
         answer = "yes" if contend else "no"
         return _answer(r, "Q6", answer, conf * r.quality(Q.ITL_INFLATION),
                        said(answer, f"inter-token latency during prefills was {inflation:.2f}x the baseline"))
-    corr = r.num(Q.PROMPT_ITL_CORRELATION)
     if corr is not None:
-        contend = r.compare(Q.PROMPT_ITL_CORRELATION, corr, ">=", "q6.min_correlation")
-        answer = "yes" if contend else "no"
-        return _answer(r, "Q6", answer, 0.5 * r.quality(Q.PROMPT_ITL_CORRELATION),
+        # A rank correlation across scrapes is passive: at low load it says nothing, and
+        # otherwise it stays a modest signal that asks for the active experiment.
+        level, why = load_level(r)
+        if level == "idle":
+            return _answer(r, "Q6", "unknown", 0.0,
+                           f"only a passive correlation (rank {corr:.2f}) from a near-idle server ({why}): run the "
+                           "interference experiment (--active)", "passive-low-load")
+        answer = "yes" if corr_contend else "no"
+        return _answer(r, "Q6", answer, min(r.conf("passive"), r.conf("counters") * r.quality(Q.PROMPT_ITL_CORRELATION)),
                        said(answer, f"across the window, ITL rose with prompt-token rate (rank correlation "
-                            f"{corr:.2f}); passive evidence: confirm with --active"))
+                            f"{corr:.2f}); passive evidence: confirm with --active"), "passive")
     return _answer(r, "Q6", "unknown", 0.0, "prefill/decode interference was not measured")
 
 
@@ -307,7 +275,7 @@ def ask_kv(ev: Evidence, th: Thresholds) -> Answer:
     if unlimited is not None and at_capacity is not None:
         gap = unlimited - at_capacity
         evicted = r.compare("prefix.potential_minus_at_capacity", gap, ">=", "kv_offload.min_gap")
-        return _answer(r, "KV", "yes" if evicted else "no", 0.85,
+        return _answer(r, "KV", "yes" if evicted else "no", r.conf("direct") * r.quality(Q.PREFIX_POTENTIAL),
                        f"an unlimited cache would serve {unlimited:.0%} of prompt tokens, the server's capacity "
                        f"{at_capacity:.0%}")
     return _answer(r, "KV", "unknown", 0.0,
@@ -328,8 +296,8 @@ def ask_ob(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
         return _answer(r, "OB", "unknown", 0.0, "whether anyone waits was not declared (--offline / --interactive, "
                        "or [slo] interactive = false / latency objectives)")
     if interactive:
-        return _answer(r, "OB", "no", 1.0, f"someone waits: {who}{overruled}")
-    return _answer(r, "OB", "yes", 1.0,
+        return _answer(r, "OB", "no", r.conf("declared"), f"someone waits: {who}{overruled}")
+    return _answer(r, "OB", "yes", r.conf("declared"),
                    f"the workload is {who} with no latency objective: nobody waits for single responses{overruled}")
 
 

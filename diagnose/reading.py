@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 
-from diagnose.diagnosis import Comparison, Missing
+from diagnose.diagnosis import Answer, Comparison, Missing
 from diagnose.evidence import Evidence
 from diagnose.thresholds import Thresholds
 from probes.results import Fact, Measurement, NotMeasured
@@ -82,19 +82,45 @@ class Reading:
         return None if value is None else self.compare(key, value, op, threshold)
 
     # --- confidence ----------------------------------------------------------------------
+    def conf(self, rule: str) -> float:
+        """A named confidence rule's value (diagnose.thresholds, `confidence.*`)."""
+        return self.thresholds[f"confidence.{rule}"]
+
     def quality(self, *keys: str) -> float:
-        """1.0 for well-sampled clean measurements; less for thin or flagged ones."""
+        """1.0 for well-sampled clean measurements over a long enough window; capped by the
+        named rules confidence.thin_samples / warnings / short_window otherwise."""
         q = 1.0
-        min_samples = self.thresholds["evidence.min_samples"]
+        th = self.thresholds
         for key in keys:
             m = self.evidence.measurement(key)
             if m is None:
                 continue
-            if m.summary is not None and m.n < min_samples:
-                q = min(q, 0.6)
+            if m.summary is not None and m.n < th["evidence.min_samples"]:
+                q = min(q, th["confidence.thin_samples"])
             if m.warnings:
-                q = min(q, 0.75)
+                q = min(q, th["confidence.warnings"])
+            # The probe's own wording (probes.metrics.passive._reset_warning).
+            if any("counter reset" in w for w in m.warnings):
+                q = min(q, th["confidence.counter_reset"])
+            spread = m.summary.iqr_like_spread if m.summary is not None and m.n >= th["evidence.min_samples"] else None
+            if spread is not None and spread > th["evidence.max_median_spread"]:
+                q = min(q, th["confidence.spread"])
+            window = m.provenance.window_s
+            if window is not None and window < th["evidence.min_window_s"]:
+                q = min(q, th["confidence.short_window"])
+        if self.evidence.fact("live.window_complete") is False and any(self.evidence.measurement(k) for k in keys):
+            q = min(q, th["confidence.short_window"])
         return q
+
+    def answer(self, question: str, title: str, answer: str, confidence: float, rationale: str,
+               verdict: str = "") -> Answer:
+        """The answer with everything this reading recorded. It lists as missing only what it
+        did not manage to read: a key another signal made unnecessary is still listed, since
+        measuring it would add confidence."""
+        return Answer(question=question, title=title, answer=answer,  # type: ignore[arg-type]
+                      confidence=round(max(0.0, min(1.0, confidence)), 3), rationale=rationale,
+                      comparisons=tuple(self.comparisons), evidence=tuple(self.used), missing=tuple(self.missing),
+                      verdict=verdict)
 
     def missing_except(self, present: set[str]) -> tuple[Missing, ...]:
         return tuple(m for m in self.missing if m.evidence not in present)

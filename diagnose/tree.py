@@ -5,10 +5,15 @@ decides the status of its techniques, looking at what the engine already runs:
 
 - recommended: the tree says it would help and it is not on;
 - in-place: it is on and the evidence says it works (or that nothing asks more of it);
+- on-unverified: it is on (or on by the engine's default), but what would show it works was
+  not measured; the reason says what would;
 - not-working: it is on but the evidence says it does not help (a pitfall says why);
 - not-indicated: nothing calls for it; unknown: the question could not be answered.
 
-Recommendations keep the tree's order: Q1, Q2, ..., Q6, then KV offload and offline batch.
+A setting that could not be seen is never read as off. Recommendations keep the tree's order:
+Q1 (quantization, parallelism, scale-out), Q2, ..., Q6, then KV offload and offline batch.
+Evidence is sanity-checked first (diagnose.sanity); answers that read flagged evidence lose
+confidence. The headline is the most consequential finding (diagnose.headline).
 `diagnose(evidence)` is a pure function: the same evidence, thresholds and SLO give the same
 diagnosis, byte for byte.
 
@@ -24,228 +29,195 @@ from __future__ import annotations
 import hashlib
 from typing import Mapping
 
-from diagnose.diagnosis import Answer, Diagnosis, PitfallCheck, Recommendation, Step
+from diagnose import branches_late as late
+from diagnose.branch import Branches as _Branches, needed as _needed
+from diagnose.diagnosis import Answer, Diagnosis, Step
 from diagnose.evidence import Evidence
-from diagnose.pitfalls import QUANTIZED_KV_PREFIXES, check_all
-from diagnose.questions import ask_all, slo_stalls_note
-from diagnose.slo import SLO, ObjectiveCheck
-from diagnose.techniques import CATALOGUE
+from diagnose.headline import headline
+from diagnose.pitfalls import check_all
+from diagnose.questions import ask_all
+from diagnose.sanity import check as sanity_check, lower_confidence
+from diagnose.schemes import kv_quantized, weight_scheme
+from diagnose.signals import devices, roofline_at
+from diagnose.slo import SLO
+from diagnose.speculative import decode_regime
 from diagnose.thresholds import Thresholds
 from probes import quantities as Q
 
 __all__ = ["diagnose"]
 
 
-class _Branches:
-    """Collects recommendations and path steps while walking each question's branch."""
-
-    def __init__(self, ev: Evidence, th: Thresholds, answers: Mapping[str, Answer],
-                 pitfalls: Mapping[str, PitfallCheck], slo: SLO = SLO()):
-        self.ev = ev
-        self.th = th
-        self.slo = slo
-        self.answers = answers
-        self.pitfalls = pitfalls
-        self.recs: list[Recommendation] = []
-        self.steps: list[Step] = []
-
-    def step(self, node: str, outcome: bool | None, note: str = "") -> None:
-        self.steps.append(Step(node, {True: "yes", False: "no", None: "unknown"}[outcome], note))
-
-    def on(self, key: str) -> bool | None:
-        value = self.ev.fact(key)
-        return value if isinstance(value, bool) else None
-
-    def detected(self, pitfall: str) -> bool:
-        return bool(self.pitfalls[pitfall].detected)
-
-    def add(self, technique: str, status: str, question: str, reason: str) -> None:
-        t = CATALOGUE[technique]
-        self.recs.append(Recommendation(
-            technique=technique, status=status, question=question, reason=reason,  # type: ignore[arg-type]
-            settings=t.settings, expect=t.expect, confidence=self.answers[question].confidence,
-        ))
-
-    def by_state(self, technique: str, question: str, enabled: bool | None, needed: bool | None,
-                 working: bool | None = True, why: str = "", broken_why: str = "") -> None:
-        """The common rule: status from (is it needed, is it on, does it work)."""
-        a = self.answers[question]
-        if needed is None:
-            self.add(technique, "unknown", question, f"{a.title} could not be answered: {a.rationale}")
-        elif needed:
-            if enabled is False or enabled is None:
-                suffix = "" if enabled is False else " (if it is not on already: the configuration was not visible)"
-                self.add(technique, "recommended", question, (why or a.rationale) + suffix)
-            elif working is False:
-                self.add(technique, "not-working", question, broken_why or "it is on, but the evidence says it does not help")
-            else:
-                self.add(technique, "in-place", question, "already on and working")
-        elif enabled:
-            self.add(technique, "in-place", question, "on; nothing in the evidence asks more of it")
-        else:
-            self.add(technique, "not-indicated", question, a.rationale)
-
-
-def _needed(answer: Answer, trigger: str) -> bool | None:
-    return None if answer.answer == "unknown" else answer.answer == trigger
-
-
 def _q1(b: _Branches) -> None:
     a = b.answers["Q1"]
     quant = b.ev.fact(Q.WEIGHT_QUANTIZATION)
-    kv_dtype = str(b.ev.fact(Q.KV_CACHE_DTYPE) or "")
-    weights_quantized = None if quant is None else str(quant).lower() not in ("none", "")
-    kv_quantized = kv_dtype.lower().startswith(QUANTIZED_KV_PREFIXES) if kv_dtype else None
+    kv_dtype = b.ev.fact(Q.KV_CACHE_DTYPE)
+    weights_quantized = None if not isinstance(quant, str) else weight_scheme(quant) != "none"
+    kv_q = kv_quantized(kv_dtype if isinstance(kv_dtype, str) else None)
+    n_dev, _ = devices(b.reading())
+    parallel = None if n_dev is None else n_dev > 1
     if a.verdict == "does-not-fit":
         b.step("Q1.fits-one-device", False, a.rationale)
-        b.add("parallelism", "recommended", "Q1", "the weights do not fit one device: split them across devices")
         b.add("quantization", "in-place" if weights_quantized else "recommended", "Q1",
               "already quantized" if weights_quantized else "fewer bytes per weight may fit fewer devices")
+        b.add("parallelism", "recommended", "Q1", f"{a.rationale}: split them across (more) devices")
+        b.add("scale-out", "not-indicated", "Q1", "the model does not fit yet: replicas come after it does")
         return
     b.step("Q1.fits-one-device", None if a.answer == "unknown" else True)
-    fully = bool(weights_quantized) and bool(kv_quantized)
-    if a.answer == "no":
-        b.step("Q1.already-quantized", weights_quantized, f"weights: {quant}, KV cache: {kv_dtype or 'not observed'}")
+    if a.answer == "no":  # tight or kv-too-small
+        b.step("Q1.already-quantized", weights_quantized, f"weights: {quant or 'not observed'}, KV cache: "
+               f"{kv_dtype or 'not observed'}")
+        fully = bool(weights_quantized) and bool(kv_q)
         if b.detected("weight-only-quantization"):
             b.add("quantization", "not-working", "Q1", b.pitfalls["weight-only-quantization"].explanation)
         elif fully:
             b.add("quantization", "in-place", "Q1", "weights and KV cache are already quantized")
-            b.add("parallelism", "recommended", "Q1", a.rationale + "; already quantized, so spread over more devices")
-            return
         else:
             part = "the KV cache" if weights_quantized else "weights and KV cache"
-            b.add("quantization", "recommended", "Q1", f"{a.rationale}: quantize {part} for room to spare")
-        b.add("parallelism", "not-indicated", "Q1", "the weights fit one device: fewer bytes come before more devices")
+            unseen = " (the weights' quantization was not visible: they may be quantized already)" \
+                if weights_quantized is None else ""
+            b.add("quantization", "recommended", "Q1", f"{a.rationale}: quantize {part} for room to spare{unseen}")
+        b.add("parallelism", "recommended" if fully else "not-indicated", "Q1",
+              a.rationale + "; already quantized, so spread over more devices" if fully
+              else "fewer bytes come before more devices")
+        b.add("scale-out", "not-indicated", "Q1", "each instance lacks room: more replicas of it do not fix that")
+        return
+    if a.verdict == "overloaded":
+        b.step("Q1.overloaded", True, a.rationale)
+        b.add("quantization", "in-place" if weights_quantized else "not-indicated", "Q1",
+              "already quantized" if weights_quantized else
+              "the model fits: load fills the KV cache, not the model's size (KV quantization is a capacity lever, "
+              "see scale-out)")
+        b.add("parallelism", "in-place" if parallel else "not-indicated", "Q1", "the model fits its devices")
+        b.add("scale-out", "recommended", "Q1", _scale_out_reason(b, a, kv_q))
+        return
+    if weights_quantized and b.detected("weight-only-quantization"):
+        b.add("quantization", "not-working", "Q1", b.pitfalls["weight-only-quantization"].explanation)
     else:
         b.by_state("quantization", "Q1", weights_quantized, _needed(a, "no"))
-        b.by_state("parallelism", "Q1", enabled=False, needed=None if a.answer == "unknown" else False)
+    b.by_state("parallelism", "Q1", parallel, None if a.answer == "unknown" else False)
+    _scale_out_from_decode(b, a)
+
+
+def _scale_out_reason(b: _Branches, a: Answer, kv_q: bool | None) -> str:
+    reason = f"{a.rationale}: add replicas (size them with llm-diagnose plan) or cap admission (--max-num-seqs)"
+    if not kv_q:
+        reason += "; KV-cache quantization (--kv-cache-dtype fp8) holds about twice the tokens as a capacity lever"
+    r = b.reading()
+    bound, at = roofline_at(r, r.num(Q.RUNNING_MEAN))
+    if bound == "compute":
+        reason += f"; decode is already compute-bound at batch {at}, so only more replicas add throughput"
+    return reason
+
+
+def _scale_out_from_decode(b: _Branches, q1: Answer) -> None:
+    """Slow tokens at a compute-bound batch also call for fewer sequences per step or more devices."""
+    q5 = b.answers["Q5"]
+    regime, why = decode_regime(b.reading())
+    # Where prefills stretch the decode steps (Q6), tune prefill scheduling before adding replicas.
+    if q5.answer == "yes" and regime == "compute" and b.answers["Q6"].answer != "yes":
+        b.add("scale-out", "recommended", "Q5", f"{q5.rationale}; {why}: run fewer sequences per step "
+              "(--max-num-seqs) or spread the load over more replicas or devices")
+    elif q1.answer == "unknown":
+        b.add("scale-out", "unknown", "Q1", f"{q1.title} could not be answered: {q1.rationale}")
+    else:
+        b.add("scale-out", "not-indicated", "Q1", q1.rationale)
 
 
 def _q2(b: _Branches) -> None:
     a = b.answers["Q2"]
-    caching = b.on(Q.PREFIX_CACHING)
-    b.step("Q2.prefix-caching-on", caching)
+    caching, how = b.on(Q.PREFIX_CACHING)
+    b.step("Q2.prefix-caching-on", caching, "" if how == "seen" else how)
     layout = [p for p in ("dynamic-prefix", "unstable-serialization") if b.detected(p)]
     if a.answer == "no" and layout:
         # The workload shares content the cache cannot see yet: fix the prompts, then cache.
         b.step("Q2.prompt-layout-defeats-cache", True, ", ".join(layout))
-        status = "not-working" if caching else "recommended"
-        b.add("prefix-caching", status, "Q2",
+        b.add("prefix-caching", "not-working" if caching else "recommended", "Q2",
               f"prompts share content but not exact prefixes ({', '.join(layout)}): fix the prompt layout, "
               "then the prefix cache can serve it")
         return
     hit = b.ev.measurement(Q.PREFIX_HIT_RATE)
     potential = b.ev.measurement(Q.PREFIX_POTENTIAL)
     working: bool | None = None
+    unverified = "its live hit rate was not measured"
     if caching and hit is not None:
-        if potential is not None and potential.value > 0:
+        # Exactly 0 with no lookups counted beside it: a gauge that reads 0, or no hits? It cannot say.
+        gauge_zero = hit.value == 0.0 and b.ev.measurement(Q.PREFIX_QUERIED_TOKENS) is None
+        if potential is not None and potential.value > 0 and not gauge_zero:
             working = hit.value >= potential.value * b.th["q2.working_ratio"]
+        elif potential is None and hit.value <= b.th["q2.dead_hit_rate"]:
+            unverified = (f"it hits {hit.value:.1%} of lookups and there is no trace to compare with: the workload may "
+                          "share nothing, or a varying head defeats the cache (give --trace FILE)")
+        elif gauge_zero:
+            unverified = (f"its hit rate reads {hit.value:.1%} with no lookup counts beside it: an engine gauge of the "
+                          "last batch (SGLang cache_hit_rate) cannot show hits; hit and query counters, or the active "
+                          "prefix experiment (--active), would")
         else:
             working = hit.value > 0
         b.step("Q2.hit-rate-reaches-potential", working,
                f"live {hit.value:.0%}" + (f" of a possible {potential.value:.0%}" if potential is not None else ""))
+    if caching and working is None and hit is not None:
+        b.add("prefix-caching", "on-unverified", "Q2", f"on, but {unverified}")
+        return
+    if caching and working is False and not layout:
+        if b.answers["KV"].answer == "yes":
+            b.add("prefix-caching", "in-place", "Q2", "on; hits fall short of the workload's reuse only because the "
+                  "cache is too small to keep it until reuse (see kv-offload)")
+            return
+        if b.ev.fact(Q.KV_OFFLOAD) is True:
+            b.add("prefix-caching", "on-unverified", "Q2", "on; the local hit rate falls short of the workload's "
+                  "reuse, but KV offload serves part of it outside that counter (see kv-offload)")
+            return
     broken = ", ".join(layout) if layout else "hits fall short of the workload's reuse (see KV offload)"
-    b.by_state("prefix-caching", "Q2", caching, _needed(a, "yes"), working, broken_why=f"it is on, but {broken}")
+    b.by_state("prefix-caching", "Q2", caching, _needed(a, "yes"), working, broken_why=f"it is on, but {broken}",
+               unverified_why=unverified, default_why=how)
 
 
 def _q3(b: _Branches) -> None:
     a = b.answers["Q3"]
-    cb = b.on(Q.CONTINUOUS_BATCHING)
+    cb, how = b.on(Q.CONTINUOUS_BATCHING)
     b.step("Q3.continuous-batching-on", cb)
     working = False if a.verdict == "short-waits-for-long" else True
     b.by_state("continuous-batching", "Q3", cb, _needed(a, "yes"), working,
-               broken_why="it is reported on, yet short requests wait for long ones")
+               broken_why="it is reported on, yet short requests wait for long ones", default_why=how)
 
 
 def _q4(b: _Branches) -> None:
     a = b.answers["Q4"]
-    paged = b.on(Q.PAGED_KV)
+    paged, how = b.on(Q.PAGED_KV)
     b.step("Q4.paged-kv-on", paged)
     b.by_state("paged-attention", "Q4", paged, _needed(a, "yes"), working=False if paged else True,
-               broken_why="the KV cache is paged, yet much of it holds no token: check the block size")
+               broken_why="the KV cache is paged, yet much of it holds no token: check the block size", default_why=how)
 
 
-def _q5(b: _Branches) -> None:
-    a = b.answers["Q5"]
-    spec = b.on(Q.SPEC_DECODE)
-    b.step("Q5.spec-decode-on", spec)
-    low = b.detected("spec-decode-low-acceptance")
-    if spec:
-        b.step("Q5.acceptance-high", not low, b.pitfalls["spec-decode-low-acceptance"].explanation)
-    why = a.rationale + "; try speculative decoding and keep it only if acceptance is high (>= 50%)"
-    # Spec decoding that is on with low acceptance is a pitfall whatever Q5 says: it slows decode.
-    needed = True if (spec and low) else _needed(a, "yes")
-    b.by_state("speculative-decoding", "Q5", spec, needed, working=not low, why=why,
-               broken_why=b.pitfalls["spec-decode-low-acceptance"].explanation)
+# Provenance methods of the live /metrics window (probes.metrics.passive), as opposed to an
+# active experiment, a trace or a hand-built value.
+_LIVE_METHODS = ("prometheus", "scrape-loop", "metric-")
 
 
-def _q6(b: _Branches) -> None:
-    a = b.answers["Q6"]
-    chunked = b.on(Q.CHUNKED_PREFILL)
-    pd = b.on(Q.PD_DISAGGREGATION)
-    b.step("Q6.chunked-prefill-on", chunked)
-    breaks, note = slo_stalls_note(b.ev, b.slo)
-    if note and a.answer == "yes":
-        b.step("Q6.stalls-break-slo", breaks, note)
-    needed = _needed(a, "yes")
-    b.by_state("chunked-prefill", "Q6", chunked, needed)
-    inflation = b.ev.measurement(Q.ITL_INFLATION)
-    if pd:
-        overhead = b.detected("disaggregation-overhead")
-        b.add("pd-disaggregation", "not-working" if overhead else "in-place", "Q6",
-              b.pitfalls["disaggregation-overhead"].explanation if overhead else "on; no transfer overhead measured")
-        return
-    still = needed and chunked and inflation is not None and inflation.value >= b.th["q6.disagg_inflation"]
-    b.step("Q6.contention-survives-chunking", bool(still) if (needed and chunked) else None)
-    if still:
-        b.add("pd-disaggregation", "recommended", "Q6",
-              f"chunked prefill is on and streams still slow {inflation.value:.1f}x during prefills: at scale, "
-              "separate prefill and decode instances")
-    elif needed is None:
-        b.add("pd-disaggregation", "unknown", "Q6", a.rationale)
-    else:
-        b.add("pd-disaggregation", "not-indicated", "Q6",
-              "enable chunked prefill first" if needed else a.rationale)
+def _idle_live_answers(ev: Evidence, answers: Mapping[str, Answer]) -> frozenset[str]:
+    """On a near-idle server (Q1 untested), the questions answered only from the live window:
+    a window without demand shows how one request went, not how the server serves."""
+    if answers["Q1"].verdict != "untested":
+        return frozenset()
 
+    def live(key: str) -> bool:
+        r = ev.items.get(key)
+        prov = getattr(r, "provenance", None)
+        return prov is not None and prov.method.startswith(_LIVE_METHODS)
 
-def _kv(b: _Branches) -> None:
-    a = b.answers["KV"]
-    offload = b.on(Q.KV_OFFLOAD)
-    b.step("KV.offload-on", offload)
-    b.by_state("kv-offload", "KV", offload, _needed(a, "yes"), working=False if offload else True,
-               broken_why="offload is on, yet reuse is still lost at capacity: enlarge the offload tier")
-
-
-def _ob(b: _Branches) -> None:
-    a = b.answers["OB"]
-    b.by_state("offline-batch", "OB", None if a.answer == "yes" else False, _needed(a, "yes"),
-               why="nobody waits: run it as an offline batch job at maximum throughput")
-
-
-def _bottleneck(recs: list[Recommendation], answers: Mapping[str, Answer],
-                checks: tuple[ObjectiveCheck, ...] = ()) -> str:
-    first = next((r for r in recs if r.status in ("recommended", "not-working")), None)
-    if first is None:
-        unknown = [q for q, a in answers.items() if a.answer == "unknown"]
-        tail = f"; {len(unknown)} question(s) could not be answered: {', '.join(unknown)}" if unknown else ""
-        broken = [c.objective.label for c in checks if c.met is False]
-        if broken:  # nothing the tree knows fixes it, but the reader must not take "none" for "all is well"
-            tail += f"; yet the SLO breaks ({', '.join(broken)})"
-        return "no bottleneck found among the questions answered" + tail
-    a = answers[first.question]
-    verb = "fix" if first.status == "not-working" else "use"
-    return f"{first.question}: {a.rationale} -> {verb} {first.technique}"
+    return frozenset(q for q, a in answers.items() if a.evidence and all(live(k) for k in a.evidence))
 
 
 def diagnose(evidence: Evidence, thresholds: Thresholds | None = None, *, slo: SLO | None = None) -> Diagnosis:
     th = thresholds or Thresholds()
     slo = slo or SLO()
-    answers = {a.question: a for a in ask_all(evidence, th, slo)}
+    sanity = sanity_check(evidence, th)
+    answers = {a.question: a for a in lower_confidence(ask_all(evidence, th, slo), sanity, th)}
     pitfalls = check_all(evidence, th, answers)
     b = _Branches(evidence, th, answers, {p.pitfall: p for p in pitfalls}, slo)
     path: list[Step] = []
-    for q, walk in (("Q1", _q1), ("Q2", _q2), ("Q3", _q3), ("Q4", _q4), ("Q5", _q5),
-                    ("Q6", _q6), ("KV", _kv), ("OB", _ob)):
+    for q, walk in (("Q1", _q1), ("Q2", _q2), ("Q3", _q3), ("Q4", _q4), ("Q5", late.q5),
+                    ("Q6", late.q6), ("KV", late.kv), ("OB", late.ob)):
         b.steps = []
         walk(b)
         path.append(Step(q, answers[q].answer, answers[q].rationale))
@@ -253,9 +225,11 @@ def diagnose(evidence: Evidence, thresholds: Thresholds | None = None, *, slo: S
     engine = evidence.fact(Q.ENGINE_NAME)
     digest = hashlib.sha256(evidence.to_json().encode()).hexdigest()
     checks = slo.check_evidence(evidence)
+    kind, subject, line = headline(b.recs, answers, pitfalls, checks, th["confidence.headline_min"],
+                                   _idle_live_answers(evidence, answers))
     return Diagnosis(
         engine=str(engine) if engine else "unknown",
-        bottleneck=_bottleneck(b.recs, answers, checks),
+        bottleneck=line,
         answers=tuple(answers.values()),
         path=tuple(path),
         recommendations=tuple(b.recs),
@@ -265,4 +239,7 @@ def diagnose(evidence: Evidence, thresholds: Thresholds | None = None, *, slo: S
         target=evidence.target.url or evidence.target.label,
         slo=slo,
         slo_checks=checks,
+        headline_kind=kind,
+        headline_subject=subject,
+        sanity=sanity,
     )

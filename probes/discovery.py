@@ -24,6 +24,8 @@ from probes.http import (
     MetricsUnavailable,
     NotAnLLMServer,
     ProbeHTTPError,
+    RedirectRefused,
+    ResponseTooLarge,
     get_json,
     get_text,
     make_session,
@@ -31,7 +33,7 @@ from probes.http import (
     redact_url,
 )
 from probes.metrics.engines import EngineGuess, detect_engine, metrics_hint_for
-from probes.metrics.exposition import parse_exposition
+from probes.metrics.exposition import MAX_PAGE_BYTES, MetricsTooLarge, page_too_large, parse_exposition
 from probes.quantities import (
     BLOCK_SIZE,
     CHUNKED_PREFILL,
@@ -104,13 +106,20 @@ def _engine_from_owner(owned_by: str | None) -> str | None:
 
 
 async def _try_json(session: aiohttp.ClientSession, url: str, path: str,
-                    endpoints: dict[str, str]) -> Any | None:
+                    endpoints: dict[str, str], refused: dict[str, RedirectRefused] | None = None) -> Any | None:
     """GET JSON, recording the outcome; None for 404/405/non-JSON (the endpoint is not there).
 
+    A redirect off the origin (or a loop) is not followed (probes/http.py): the endpoint counts
+    as not there, and the refusal is kept in `refused` for the error if nothing else answers.
     TargetUnreachable and 401/403 propagate: those end discovery.
     """
     try:
         value = await get_json(session, url)
+    except RedirectRefused as exc:
+        endpoints[path] = "redirect not followed"
+        if refused is not None:
+            refused.setdefault(path, exc)
+        return None
     except HTTPStatusError as exc:
         if exc.status in (401, 403):
             raise
@@ -135,6 +144,8 @@ async def discover(base_url: str, *, metrics_url: str | None = None, session: ai
         MetricsUnavailable: an LLM server without engine metrics (only with `require_metrics`).
         MalformedMetrics: /metrics answered with text the Prometheus parser rejects
             (only with `require_metrics`).
+        RedirectRefused: /metrics (with `require_metrics`), or /v1/models when nothing else
+            answers, redirected off the target's origin or in a loop; the message says where.
     """
     base = normalize_base_url(base_url)
     own = session is None
@@ -149,9 +160,10 @@ async def discover(base_url: str, *, metrics_url: str | None = None, session: ai
 async def _discover(session: aiohttp.ClientSession, base: str, metrics_url: str | None,
                     require_metrics: bool) -> Discovered:
     endpoints: dict[str, str] = {}
+    refused: dict[str, RedirectRefused] = {}
     shown = redact_url(base)
     # The first request tells whether anything listens: TargetUnreachable propagates from here.
-    models = await _try_json(session, base + "/v1/models", "/v1/models", endpoints)
+    models = await _try_json(session, base + "/v1/models", "/v1/models", endpoints, refused)
     version_doc = await _try_json(session, base + "/version", "/version", endpoints)
 
     model_entries = models.get("data") if isinstance(models, dict) and isinstance(models.get("data"), list) else []
@@ -185,12 +197,16 @@ async def _discover(session: aiohttp.ClientSession, base: str, metrics_url: str 
         version = server_args["version"]
 
     if not model_entries and engine is None and version is None:
+        if isinstance(metrics_exc, RedirectRefused):  # where they redirected, and why it was not followed
+            raise metrics_exc
+        if "/v1/models" in refused:
+            raise refused["/v1/models"]
         raise NotAnLLMServer(
             f"{shown} answers HTTP but is not an LLM serving engine: /v1/models gave "
             f"{endpoints.get('/v1/models', 'nothing')} and {redact_url(murl)} has no vllm:/sglang:/trtllm metrics "
             "(expected vLLM, SGLang or TensorRT-LLM; is the URL the engine's API port?)", base)
     if require_metrics and (guess is None or guess.engine is None):
-        if isinstance(metrics_exc, MalformedMetrics):
+        if isinstance(metrics_exc, (MalformedMetrics, RedirectRefused)):
             raise metrics_exc
         raise MetricsUnavailable(
             f"{shown} is an LLM server ({engine or 'engine unknown'}) but {redact_url(murl)} "
@@ -210,7 +226,14 @@ async def _probe_metrics(session: aiohttp.ClientSession, url: str, endpoints: di
                          path: str = DEFAULT_METRICS_PATH,
                          ) -> tuple[EngineGuess | None, str | None, ProbeHTTPError | None]:
     try:
-        answer = await get_text(session, url)
+        answer = await get_text(session, url, max_bytes=MAX_PAGE_BYTES)
+    except ResponseTooLarge as exc:  # bounded like every scrape: a huge page is refused, not parsed
+        endpoints[path] = "too large"
+        err = page_too_large(redact_url(url), exc.limit)
+        return None, f"serves a page over the {exc.limit / (1 << 20):g} MiB limit (MAX_PAGE_BYTES)", err
+    except RedirectRefused as exc:  # not followed: another host's metrics are not the target's
+        endpoints[path] = "redirect not followed"
+        return None, "redirects elsewhere", exc
     except HTTPStatusError as exc:
         if exc.status in (401, 403):
             raise
@@ -221,6 +244,10 @@ async def _probe_metrics(session: aiohttp.ClientSession, url: str, endpoints: di
         return None, "serves JSON, not Prometheus text", None
     try:
         scrape = parse_exposition(answer.text, answer.url)
+    except MetricsTooLarge as exc:
+        endpoints[path] = "too large"
+        exc.url = answer.url
+        return None, f"lists more than {exc.limit:,} series (limit {exc.limit_name})", exc
     except MalformedMetrics as exc:
         endpoints[path] = "malformed"
         exc.url = answer.url

@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -31,7 +31,12 @@ __all__ = [
     "NotAnLLMServer",
     "MetricsUnavailable",
     "MalformedMetrics",
+    "RedirectRefused",
+    "ResponseTooLarge",
     "HttpText",
+    "MAX_REDIRECTS",
+    "same_origin",
+    "follow_redirect",
     "api_key_from_env",
     "normalize_base_url",
     "redact_url",
@@ -40,6 +45,7 @@ __all__ = [
     "get_text",
     "get_json",
     "post_json",
+    "response_error_text",
 ]
 
 API_KEY_ENV_VARS = ("LLM_DIAGNOSE_API_KEY", "OPENAI_API_KEY")  # first one set wins
@@ -52,6 +58,11 @@ DEFAULT_CONNECTION_LIMIT = 16  # the scraper needs 1; the load driver raises it 
 # opened together 5 s before, which then read as a server that stopped answering.
 KEEPALIVE_S = 4.0
 REDACTED = "***"
+# Same-origin redirects followed before the chain counts as a loop (curl and browsers stop at
+# 20-50; an engine's API redirects once at most, e.g. a trailing slash).
+MAX_REDIRECTS = 5
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 # Query parameters that carry secrets in the wild (?api_key=..., ?token=...).
 _SECRET_QUERY_KEYS = frozenset({"api_key", "apikey", "key", "token", "access_token", "auth", "password", "secret"})
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
@@ -89,6 +100,23 @@ class NotAnLLMServer(ProbeHTTPError):
 
 class MetricsUnavailable(ProbeHTTPError):
     """No engine metrics: /metrics is missing, or serves no vllm:/sglang:/trtllm series."""
+
+
+class RedirectRefused(ProbeHTTPError):
+    """The server redirected off its own origin, or in a loop: not followed.
+
+    What another host answers is not the target's measurement, and the API key must not
+    travel there, so llm-diagnose follows a redirect only within the requested URL's origin
+    (scheme, host and port), at most MAX_REDIRECTS times.
+    """
+
+
+class ResponseTooLarge(ProbeHTTPError):
+    """The answer's body is longer than the caller's `max_bytes`: not read further."""
+
+    def __init__(self, message: str, url: str | None = None, limit: int = 0) -> None:
+        super().__init__(message, url)
+        self.limit = limit
 
 
 class MalformedMetrics(ProbeHTTPError):
@@ -160,6 +188,57 @@ def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
+
+
+def same_origin(a: str, b: str) -> bool:
+    """Whether two URLs share scheme, host and port (a port left out is the scheme's default).
+
+    127.0.0.1 and localhost are different origins here, as in a browser: the tool cannot know
+    they are one server, so it does not assume so.
+    """
+    try:
+        return _origin(a) == _origin(b)
+    except ValueError:  # an unparseable port
+        return False
+
+
+def follow_redirect(origin_url: str, current_url: str, status: int, location: str | None, hops: int) -> str | None:
+    """Where a 3xx answer to `current_url` may be followed, or None when it is not a redirect.
+
+    `origin_url` is the URL first requested (its origin is the only one allowed); `hops` counts
+    the redirects already followed. The answer is absolute.
+
+    Raises:
+        RedirectRefused: the Location leaves the origin, cannot be parsed, or the chain is
+            longer than MAX_REDIRECTS (a loop). The message says where it pointed and why it was
+            not followed.
+    """
+    if status not in REDIRECT_STATUSES or not location:
+        return None
+    shown = redact_url(current_url)
+    root = redact_url(_server_root(origin_url))
+    try:
+        target = urljoin(current_url, location.strip())
+        _origin(target)
+    except ValueError:
+        raise RedirectRefused(f"{shown} answered HTTP {status} with a Location that is not a URL "
+                              f"({location[:80]!r}): not followed", current_url) from None
+    if not same_origin(origin_url, target):
+        raise RedirectRefused(
+            f"{shown} answered HTTP {status} redirecting to {redact_url(_server_root(target))}, another origin "
+            f"than {root}: not followed (llm-diagnose measures only the server it is pointed at, and the API key "
+            "stays there); if that server is the one to diagnose, pass its URL directly", current_url)
+    if hops >= MAX_REDIRECTS:
+        raise RedirectRefused(f"{redact_url(origin_url)} redirected {hops} times within {root} and was still "
+                              f"redirecting (HTTP {status} to {redact_url(target)}): a redirect loop; check the URL, "
+                              "or the proxy in front of the server", current_url)
+    return target
+
+
 # --- sessions and requests ------------------------------------------------------------------
 def make_session(*, timeout_s: float = DEFAULT_TIMEOUT_S, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  connection_limit: int = DEFAULT_CONNECTION_LIMIT, api_key: str | None = "env",
@@ -209,18 +288,53 @@ def _status_message(status: int, url: str) -> str:
     return f"{shown} answered HTTP {status}"
 
 
-async def _request(session: aiohttp.ClientSession, method: str, url: str, json_body: object = None) -> HttpText:
-    """One request with every transport failure mapped to an actionable error (GET and POST)."""
+async def _read_text(resp: aiohttp.ClientResponse, max_bytes: int | None, url: str) -> str:
+    """The body as text; past `max_bytes` (decompressed) ResponseTooLarge, without reading the rest."""
+    if max_bytes is None:
+        return await resp.text(errors="replace")
+    too_large = ResponseTooLarge(f"{redact_url(url)} answered with more than {max_bytes:,} bytes: not read further",
+                                 url, max_bytes)
+    if resp.content_length is not None and resp.content_length > max_bytes:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in resp.content.iter_chunked(1 << 16):
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    # The declared charset, else UTF-8 (aiohttp's own fallback, and the Prometheus text format's).
+    encoding = resp.charset or "utf-8"
+    try:
+        return b"".join(chunks).decode(encoding, errors="replace")
+    except LookupError:  # an unknown charset name
+        return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+async def _request(session: aiohttp.ClientSession, method: str, url: str, json_body: object = None,
+                   max_bytes: int | None = None) -> HttpText:
+    """One request with every transport failure mapped to an actionable error (GET and POST).
+
+    Redirects are followed here, not by aiohttp, and only within `url`'s origin (see
+    RedirectRefused): a 303, or a 301/302 to a POST, continues as a GET, as aiohttp would.
+    """
     shown = redact_url(url)
     root = redact_url(_server_root(url))
     t0 = time.monotonic()
+    current, hops = url, 0
     try:
-        async with session.request(method, url, json=json_body, allow_redirects=True) as resp:
-            body = await resp.text(errors="replace")
-            elapsed = time.monotonic() - t0
-            if not 200 <= resp.status < 300:
-                raise HTTPStatusError(_status_message(resp.status, url), url, resp.status, body[:2000])
-            return HttpText(shown, resp.status, body, resp.content_type or "", elapsed)
+        while True:
+            async with session.request(method, current, json=json_body, allow_redirects=False) as resp:
+                target = follow_redirect(url, current, resp.status, resp.headers.get("Location"), hops)
+                if target is None:
+                    body = await _read_text(resp, max_bytes, current)
+                    elapsed = time.monotonic() - t0
+                    if not 200 <= resp.status < 300:
+                        raise HTTPStatusError(_status_message(resp.status, current), current, resp.status,
+                                              body[:2000])
+                    return HttpText(redact_url(current), resp.status, body, resp.content_type or "", elapsed)
+                if resp.status == 303 or (resp.status in (301, 302) and method == "POST"):
+                    method, json_body = "GET", None
+            current, hops = target, hops + 1
     except aiohttp.InvalidURL:
         raise InvalidTargetURL(f"{shown} is not a valid URL", url) from None
     except ValueError as exc:  # aiohttp: credentials in the URL beside the Bearer header
@@ -239,8 +353,14 @@ async def _request(session: aiohttp.ClientSession, method: str, url: str, json_b
         raise TargetUnreachable(f"the connection to {root} broke during {method} {shown} ({type(exc).__name__}): "
                                 "did the server stop or restart?", url) from None
     except aiohttp.ClientResponseError as exc:  # a garbled HTTP answer: not a web server we know
-        raise NotAnLLMServer(f"{shown} did not answer with valid HTTP ({exc.message}): "
+        raise NotAnLLMServer(f"{shown} did not answer with valid HTTP ({response_error_text(exc)}): "
                              f"is {root} the serving engine's HTTP port?", url) from None
+
+
+def response_error_text(exc: aiohttp.ClientResponseError) -> str:
+    """What went wrong in a ClientResponseError, never empty (aiohttp leaves `message` blank
+    for some, e.g. TooManyRedirects, which printed as "()")."""
+    return exc.message or (f"HTTP {exc.status}, " if exc.status else "") + type(exc).__name__
 
 
 def _decode_json(answer: HttpText, url: str) -> object:
@@ -252,15 +372,16 @@ def _decode_json(answer: HttpText, url: str) -> object:
                              f"{first!r}): is this the serving engine's URL?", url) from None
 
 
-async def get_text(session: aiohttp.ClientSession, url: str) -> HttpText:
+async def get_text(session: aiohttp.ClientSession, url: str, *, max_bytes: int | None = None) -> HttpText:
     """GET `url` and return its body.
 
     Raises:
         InvalidTargetURL: the URL cannot be requested.
         TargetUnreachable: refused, DNS failure, timeout, or the connection dropped mid-answer.
         HTTPStatusError: a non-2xx answer (the message says what a 401/403 needs).
+        ResponseTooLarge: the body is longer than `max_bytes` (the /metrics scrape's bound).
     """
-    return await _request(session, "GET", url)
+    return await _request(session, "GET", url, max_bytes=max_bytes)
 
 
 async def get_json(session: aiohttp.ClientSession, url: str) -> object:

@@ -46,6 +46,10 @@ KV_CACHE_DTYPE = _q("config.kv_cache_dtype", "str", "KV cache dtype ('auto' mean
 BLOCK_SIZE = _q("config.block_size", "tokens", "KV block (page) size", "fact")
 MAX_NUM_SEQS = _q("config.max_num_seqs", "count", "scheduler's cap on concurrent sequences", "fact")
 TENSOR_PARALLEL = _q("config.tensor_parallel_size", "count", "tensor-parallel degree", "fact")
+PIPELINE_PARALLEL = _q("config.pipeline_parallel_size", "count", "pipeline-parallel degree", "fact")
+NUM_SPECULATIVE_TOKENS = _q("config.num_speculative_tokens", "count", "drafted tokens per verify step", "fact")
+SPEC_METHOD = _q("config.spec_method", "str", "speculative method: ngram, suffix, eagle, eagle3, mtp, medusa, draft_model", "fact")
+MAX_NUM_BATCHED_TOKENS = _q("config.max_num_batched_tokens", "tokens", "token budget per step, the prefill chunk (SGLang: chunked_prefill_size)", "fact")
 GPU_MEMORY_UTILIZATION = _q("config.gpu_memory_utilization", "fraction", "share of device memory the engine may take", "fact")
 INTERACTIVE = _q("workload.interactive", "bool", "someone waits for the responses (False: offline/batch)", "fact")
 
@@ -55,10 +59,12 @@ DEVICE_USED_BYTES = _q("memory.device_used_bytes", "bytes", "accelerator memory 
 DEVICE_FREE_FRACTION = _q("memory.device_free_fraction", "fraction", "free accelerator memory / total")
 WEIGHTS_BYTES = _q("memory.weights_bytes", "bytes", "memory taken by model weights")
 WEIGHTS_FRACTION = _q("memory.weights_fraction", "fraction", "weights / accelerator memory of one device (>1: does not fit)")
+DEVICE_COUNT = _q("memory.device_count", "count", "devices serving this instance")
 KV_CACHE_BYTES = _q("memory.kv_cache_bytes", "bytes", "memory reserved for the KV cache")
 
 # --- KV cache and scheduling (Q1, Q4) ----------------------------------------------------
 KV_CAPACITY_TOKENS = _q("kv.capacity_tokens", "tokens", "tokens the KV cache can hold")
+KV_MAX_CONCURRENCY = _q("kv.max_concurrency", "requests", "the engine's own maximum concurrency figure (vLLM: requests of max_model_len tokens the KV cache holds)")
 KV_USAGE_P95 = _q("kv.usage_p95", "fraction", "95th percentile of KV-cache usage over the window")
 KV_USAGE_MEAN = _q("kv.usage_mean", "fraction", "mean KV-cache usage over the window")
 PREEMPTIONS = _q("kv.preemptions", "count", "preemptions (recompute or swap) in the window")
@@ -94,6 +100,7 @@ TTFT_P50 = _q("latency.ttft_p50_s", "s", "median time to first token")
 TTFT_P99 = _q("latency.ttft_p99_s", "s", "99th percentile time to first token")
 E2E_P50 = _q("latency.e2e_p50_s", "s", "median end-to-end request latency")
 SPEC_ACCEPTANCE_RATE = _q("spec.acceptance_rate", "fraction", "accepted draft tokens / drafted tokens")
+SPEC_ITL_SPEEDUP = _q("spec.itl_speedup", "ratio", "ITL with speculative decoding off / on, measured side by side (>1: it helps)")
 SPEC_ACCEPTANCE_LENGTH = _q("spec.mean_acceptance_length", "tokens", "tokens emitted per verification step, bonus token included")
 
 # --- prefill/decode interference (Q6) ----------------------------------------------------
@@ -116,6 +123,7 @@ PROCESSES_USED_BYTES = _q("memory.processes_used_bytes", "bytes", "accelerator m
 RUNNING_CAP_ESTIMATE = _q("batch.running_cap_estimate", "count", "plateau of the running batch while requests waited and KV had room (a lower bound on max_num_seqs)")
 LIVE_WINDOW_S = _q("live.window_s", "s", "length of the /metrics observation window (first to last good scrape)")
 LIVE_WINDOW_COMPLETE = _q("live.window_complete", "bool", "the scrape window ran as planned (False: the server stopped answering)", "fact")
+BAD_SAMPLES = _q("live.bad_samples", "count", "samples left out of the window as impossible: infinite, NaN or negative counts, values beyond 2^53, duplicate series, negative usage or queue readings")
 
 # --- trace analytics ---
 TRACE_REQUESTS = _q("trace.requests", "count", "requests read from the trace (skipped lines not counted)")

@@ -30,6 +30,8 @@ __all__ = [
     "percentile",
     "result_to_dict",
     "result_from_dict",
+    "InvalidValue",
+    "describe_json_value",
 ]
 
 
@@ -67,6 +69,76 @@ def _median_ci(sorted_values: list[float], level: float = 0.95) -> tuple[float, 
     return float(sorted_values[lo]), float(sorted_values[hi])
 
 
+class InvalidValue(ValueError):
+    """A field of a result read from JSON holds a value of the wrong type, or a non-finite one.
+
+    Evidence.from_dict turns such an item into a NotMeasured saying so, instead of refusing the
+    whole file; a missing field or an unknown kind is a plain ValueError (the file is refused).
+    """
+
+
+def describe_json_value(value: object) -> str:
+    """What a JSON value is, for messages: "a string ('0.99')", "a boolean (true)", "null"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, str):
+        return f"a string ({value[:24]!r}{'...' if len(value) > 24 else ''})"
+    if isinstance(value, int):
+        if value.bit_length() < 64:
+            return f"the integer {value}"
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} item(s)"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _number(value: object, name: str) -> float:
+    """A JSON number as a finite float; InvalidValue for anything else (strings, booleans, huge
+    integers, NaN and infinities)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected a number")
+    try:
+        f = float(value)
+    except OverflowError:
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, beyond the range of a number") from None
+    if not math.isfinite(f):
+        raise InvalidValue(f"field {name!r} is {f!r}, expected a finite number")
+    return f
+
+
+def _integer(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected an integer")
+    _number(value, name)  # within a float's range, like every other number
+    return value
+
+
+def _text(value: object, name: str, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected a string")
+    return value
+
+
+def _list(value: object, name: str) -> list:
+    if not isinstance(value, list):
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected a list")
+    return value
+
+
+def _object(value: object, name: str) -> dict:
+    if not isinstance(value, dict):
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected an object")
+    return value
+
+
 def _check_finite(name: str, value: float) -> float:
     value = float(value)
     if not math.isfinite(value):
@@ -95,12 +167,13 @@ class Provenance:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Provenance":
+        d = _object(d, "provenance")
         return cls(
-            method=str(d["method"]),
-            source=str(d["source"]),
-            taken_at=str(d["taken_at"]),
-            timer=d.get("timer"),
-            window_s=None if d.get("window_s") is None else float(d["window_s"]),
+            method=_text(d["method"], "provenance.method"),  # type: ignore[arg-type]
+            source=_text(d["source"], "provenance.source"),  # type: ignore[arg-type]
+            taken_at=_text(d["taken_at"], "provenance.taken_at"),  # type: ignore[arg-type]
+            timer=_text(d.get("timer"), "provenance.timer", optional=True),
+            window_s=None if d.get("window_s") is None else _number(d["window_s"], "provenance.window_s"),
         )
 
 
@@ -163,7 +236,12 @@ class Summary:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Summary":
-        return cls(**{k: (int(d[k]) if k == "n" else float(d[k])) for k in cls.__dataclass_fields__ if k in d})
+        d = _object(d, "summary")
+        missing = [k for k in cls.__dataclass_fields__ if k not in d and k != "ci_level"]
+        if missing:
+            raise InvalidValue(f"field 'summary' lacks {', '.join(map(repr, missing))}")
+        return cls(**{k: (_integer(d[k], "summary.n") if k == "n" else _number(d[k], f"summary.{k}"))
+                      for k in cls.__dataclass_fields__ if k in d})
 
 
 @dataclass(frozen=True)
@@ -219,15 +297,16 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Measurement":
+        value, unit, provenance = d["value"], d["unit"], d["provenance"]  # KeyError: a missing field
         return cls(
-            value=float(d["value"]),
-            unit=str(d["unit"]),
-            provenance=Provenance.from_dict(d["provenance"]),
-            samples=tuple(float(s) for s in d.get("samples", ())),
-            calls_per_sample=int(d.get("calls_per_sample", 1)),
-            summary=Summary.from_dict(d["summary"]) if d.get("summary") else None,
-            warnings=tuple(str(w) for w in d.get("warnings", ())),
-            note=str(d.get("note", "")),
+            value=_number(value, "value"),
+            unit=_text(unit, "unit"),  # type: ignore[arg-type]
+            provenance=Provenance.from_dict(provenance),
+            samples=tuple(_number(s, "samples") for s in _list(d.get("samples", []), "samples")),
+            calls_per_sample=_integer(d.get("calls_per_sample", 1), "calls_per_sample"),
+            summary=Summary.from_dict(d["summary"]) if d.get("summary") is not None else None,
+            warnings=tuple(_text(w, "warnings") for w in _list(d.get("warnings", []), "warnings")),  # type: ignore[misc]
+            note=_text(d.get("note", ""), "note"),  # type: ignore[arg-type]
         )
 
 
@@ -258,10 +337,12 @@ class Fact:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Fact":
-        value = d["value"]
+        value, provenance = d["value"], d["provenance"]  # KeyError: a missing field
         if not isinstance(value, (str, int, float, bool)):
-            raise ValueError(f"fact value must be a string, number or boolean, got {type(value).__name__}")
-        return cls(value=value, provenance=Provenance.from_dict(d["provenance"]), note=str(d.get("note", "")))
+            raise InvalidValue(f"field 'value' is {describe_json_value(value)}, expected a string, number or boolean")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            _number(value, "value")  # finite, and within a float's range
+        return cls(value=value, provenance=Provenance.from_dict(provenance), note=_text(d.get("note", ""), "note"))
 
 
 @dataclass(frozen=True)
@@ -284,8 +365,9 @@ class NotMeasured:
 
     @classmethod
     def from_dict(cls, d: dict) -> "NotMeasured":
-        prov = d.get("provenance")
-        return cls(reason=str(d["reason"]), hint=str(d.get("hint", "")), provenance=Provenance.from_dict(prov) if prov else None)
+        reason, prov = d["reason"], d.get("provenance")  # KeyError: a missing field
+        return cls(reason=_text(reason, "reason"), hint=_text(d.get("hint", ""), "hint"),  # type: ignore[arg-type]
+                   provenance=Provenance.from_dict(prov) if prov is not None else None)
 
 
 Result = Union[Measurement, Fact, NotMeasured]
@@ -298,15 +380,22 @@ def result_to_dict(result: Result) -> dict:
 
 
 def result_from_dict(d: dict) -> Result:
-    """Rebuild a result from its JSON form; raises ValueError naming what is wrong."""
+    """Rebuild a result from its JSON form.
+
+    Raises:
+        ValueError: not an object, an unknown kind, or a missing field (the structure is wrong).
+        InvalidValue: a field holds a value of the wrong type, or a non-finite or impossible one.
+    """
     if not isinstance(d, dict):
-        raise ValueError(f"expected an object, got {type(d).__name__}")
+        raise ValueError(f"expected an object, got {describe_json_value(d)}")
     kind = d.get("kind")
-    if kind not in _KINDS:
-        raise ValueError(f"unknown result kind {kind!r} (expected one of {sorted(_KINDS)})")
+    if not isinstance(kind, str) or kind not in _KINDS:
+        raise ValueError(f"unknown result kind {kind!r:.40} (expected one of {sorted(_KINDS)})")
     try:
         return _KINDS[kind].from_dict(d)
     except KeyError as exc:
         raise ValueError(f"{kind} is missing the field {exc.args[0]!r}") from None
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{kind}: {exc}") from None
+    except InvalidValue:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:  # the constructors' own checks (finite, n >= 1)
+        raise InvalidValue(str(exc)) from None

@@ -17,7 +17,7 @@ def result(value):
         return NotMeasured(reason="not measured in this test", hint="test hint", provenance=PROV)
     if isinstance(value, (bool, str)):
         return Fact(value, PROV)
-    if isinstance(value, Measurement):
+    if isinstance(value, (Measurement, Fact, NotMeasured)):  # ready-made results travel as they are
         return value
     return Measurement(float(value), "unit", PROV)
 

@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.diagnosis import PITFALLS, QUESTIONS, TECHNIQUES, Diagnosis
+from diagnose.diagnosis import HEADLINE_KINDS, PITFALLS, QUESTIONS, TECHNIQUES, Diagnosis
 from diagnose.evidence import Evidence, Target
 from diagnose.tree import diagnose
 from probes.quantities import CATALOGUE
@@ -46,6 +46,36 @@ def test_tree_is_total(ev):
     assert sorted(r.technique for r in d.recommendations) == sorted(TECHNIQUES)
     assert sorted(p.pitfall for p in d.pitfalls) == sorted(PITFALLS)
     assert all(0.0 <= a.confidence <= 1.0 for a in d.answers)
+    assert all(r.status in ("recommended", "in-place", "on-unverified", "not-working", "not-indicated", "unknown")
+               for r in d.recommendations)
+    assert d.headline_kind in HEADLINE_KINDS
+
+
+@settings(max_examples=150, deadline=None)
+@given(evidence)
+def test_headline_names_a_finding_of_its_own_kind(ev):
+    d = diagnose(ev)
+    status = {r.technique: r.status for r in d.recommendations}
+    if d.headline_kind == "pitfall":
+        assert d.headline_subject in {p.pitfall for p in d.detected_pitfalls}
+    elif d.headline_kind == "fix":
+        assert status[d.headline_subject] == "not-working" and not d.detected_pitfalls
+    elif d.headline_kind in ("capacity", "use"):
+        assert status[d.headline_subject] == "recommended"
+        assert "not-working" not in status.values() and not d.detected_pitfalls
+    else:
+        assert d.headline_subject == "" and "recommended" not in status.values()
+
+
+@settings(max_examples=150, deadline=None)
+@given(evidence)
+def test_answers_reading_flagged_evidence_lose_confidence(ev):
+    d = diagnose(ev)
+    flagged = {f.key for f in d.sanity}
+    cap = dict(d.thresholds)["confidence.sanity"]
+    for a in d.answers:
+        if flagged & (set(a.evidence) | {m.evidence for m in a.missing}):
+            assert a.confidence <= cap
 
 
 @settings(max_examples=80, deadline=None)
@@ -71,10 +101,23 @@ def test_diagnosis_json_round_trips_exactly(ev):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.floats(0, 1), st.floats(0, 1), st.integers(0, 50))
-def test_fuller_kv_cache_never_turns_q1_from_no_to_yes(low, high, preempted):
+@given(st.floats(0, 1), st.floats(0, 1), st.integers(0, 50), st.floats(0, 20))
+def test_fuller_kv_cache_never_turns_an_overload_into_a_fit(low, high, preempted, waiting):
     low, high = sorted((low, high))
     def q1(usage):
-        return diagnose(Evidence(Target(), {"kv.usage_p95": Measurement(usage, "fraction", Provenance("t", "t")),
-                                            "kv.preemptions": Measurement(preempted, "count", Provenance("t", "t"))})).answer("Q1").answer
-    assert not (q1(low) == "no" and q1(high) == "yes")
+        p = Provenance("t", "t")
+        items = {"kv.usage_p95": Measurement(usage, "fraction", p), "kv.preemptions": Measurement(preempted, "count", p),
+                 "queue.waiting_mean": Measurement(waiting, "count", p)}
+        return diagnose(Evidence(Target(), items)).answer("Q1").verdict
+    assert not (q1(low) == "overloaded" and q1(high) != "overloaded")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.01, 8), st.integers(1, 8), st.integers(1, 4))
+def test_more_devices_never_turn_a_fit_into_a_misfit(weights, tp, pp):
+    def q1(t):
+        p = Provenance("t", "t")
+        return diagnose(Evidence(Target(), {"memory.weights_fraction": Measurement(weights, "fraction", p),
+                                            "config.tensor_parallel_size": Fact(t, p),
+                                            "config.pipeline_parallel_size": Fact(pp, p)})).answer("Q1").answer
+    assert not (q1(tp) == "yes" and q1(tp + 1) == "no")

@@ -17,10 +17,39 @@ CASES = [
     ("Q1", {"memory.weights_fraction": 1.0}, "no", "tight"),  # fits the device, but only just
     ("Q1", {"memory.weights_fraction": 0.8001}, "no", "tight"),
     ("Q1", {"memory.weights_fraction": 0.80}, "yes", "fits"),
-    ("Q1", {"kv.usage_p95": 0.90, "kv.preemptions": 1}, "no", "kv-bound"),
-    ("Q1", {"kv.usage_p95": 0.8999, "kv.preemptions": 5}, "yes", "fits"),
-    ("Q1", {"kv.usage_p95": 0.95, "kv.preemptions": 0, "queue.waiting_mean": 0.5}, "no", "kv-bound"),
+    # overload while the model fits is a capacity finding ("yes", overloaded), not "does not fit"
+    ("Q1", {"kv.usage_p95": 0.90, "kv.preemptions": 1}, "yes", "overloaded"),
+    ("Q1", {"kv.usage_p95": 0.80, "kv.preemptions": 5}, "yes", "overloaded"),  # preemptions just under the line
+    ("Q1", {"kv.usage_p95": 0.7999, "kv.preemptions": 5}, "yes", "fits"),
+    ("Q1", {"kv.usage_p95": 0.95, "kv.preemptions": 0, "queue.waiting_mean": 0.5}, "yes", "overloaded"),
     ("Q1", {"kv.usage_p95": 0.95, "kv.preemptions": 0, "queue.waiting_mean": 0.49}, "yes", "fits"),
+    ("Q1", {"memory.weights_fraction": 0.2, "kv.capacity_tokens": 400000, "inputs.length_p50": 1000,
+                        "outputs.length_p50": 200, "kv.usage_p95": 0.99, "queue.waiting_mean": 12}, "yes", "overloaded"),
+    # per-device weights: TP x PP divide the share of one device
+    ("Q1", {"memory.weights_fraction": 1.6, "config.tensor_parallel_size": 2}, "yes", "fits"),
+    ("Q1", {"memory.weights_fraction": 1.7, "config.tensor_parallel_size": 2}, "no", "tight"),
+    ("Q1", {"memory.weights_fraction": 3.0, "config.tensor_parallel_size": 2, "config.pipeline_parallel_size": 2},
+     "yes", "fits"),
+    ("Q1", {"memory.weights_fraction": 1.6, "memory.device_count": 4}, "yes", "fits"),
+    # the engine's memory share leaves too little for the KV cache
+    ("Q1", {"memory.weights_fraction": 0.5, "config.gpu_memory_utilization": 0.5999}, "no", "tight"),
+    ("Q1", {"memory.weights_fraction": 0.5, "config.gpu_memory_utilization": 0.61}, "yes", "fits"),
+    # KV capacity in this workload's typical requests
+    ("Q1", {"memory.weights_fraction": 0.5, "kv.capacity_tokens": 7999, "inputs.length_p50": 1500,
+            "outputs.length_p50": 500}, "no", "kv-too-small"),
+    ("Q1", {"memory.weights_fraction": 0.5, "kv.capacity_tokens": 8000, "inputs.length_p50": 1500,
+            "outputs.length_p50": 500}, "yes", "fits"),
+    ("Q1", {"kv.max_concurrency": 2.5, "kv.usage_p95": 0.85}, "no", "kv-too-small"),
+    # the engine's figure is at max_model_len, a lower bound: it decides only when the cache fills
+    ("Q1", {"kv.max_concurrency": 2.5, "kv.usage_p95": 0.3}, "yes", "fits"),
+    # ... and is turned into this workload's requests where max_model_len and the lengths are known
+    ("Q1", {"kv.max_concurrency": 1.3, "engine.max_model_len": 32768, "inputs.length_p50": 32600,
+            "outputs.length_p50": 1}, "no", "kv-too-small"),
+    ("Q1", {"kv.max_concurrency": 1.3, "engine.max_model_len": 131072, "inputs.length_p50": 1000,
+            "outputs.length_p50": 200, "kv.usage_p95": 0.95}, "yes", "fits"),
+    # a near-idle server fits, untested
+    ("Q1", {"memory.weights_fraction": 0.3, "load.concurrency_mean": 0.5, "queue.waiting_mean": 0.0}, "yes", "untested"),
+    ("Q1", {"memory.weights_fraction": 0.3, "load.concurrency_mean": 2.0, "queue.waiting_mean": 0.0}, "yes", "fits"),
     ("Q1", {"kv.usage_p95": 0.95}, "unknown", None),  # full, but was anyone turned away?
     ("Q1", {}, "unknown", None),
     ("Q1", {"memory.weights_fraction": None, "kv.usage_p95": None}, "unknown", None),
@@ -118,8 +147,45 @@ def test_thin_evidence_lowers_confidence():
 
 def test_idle_window_gives_low_confidence_fit():
     answer = ASK["Q1"](build({"kv.usage_p95": 0.0, "throughput.generation_tokens_per_s": 0.0}), TH)
-    assert answer.answer == "yes" and answer.confidence <= 0.3
+    assert (answer.answer, answer.verdict) == ("yes", "untested") and answer.confidence <= TH["confidence.idle"]
     assert "no tokens were generated" in answer.rationale
+
+
+def test_unseen_parallelism_lowers_a_does_not_fit_verdict():
+    seen = ASK["Q1"](build({"memory.weights_fraction": 1.6, "config.tensor_parallel_size": 1}), TH)
+    unseen = ASK["Q1"](build({"memory.weights_fraction": 1.6}), TH)
+    assert seen.verdict == unseen.verdict == "does-not-fit"
+    assert unseen.confidence < seen.confidence and "TP/PP were not seen" in unseen.rationale
+
+
+def test_load_not_measured_caps_a_fit():
+    a = ASK["Q1"](build({"memory.weights_fraction": 0.3, "kv.usage_p95": 0.4}), TH)
+    assert a.verdict == "fits" and a.confidence <= TH["confidence.load_unknown"]
+
+
+def test_near_zero_live_hit_rate_without_a_trace_is_unknown_not_no():
+    a = ASK["Q2"](build({"config.prefix_caching": True, "prefix.hit_rate": 0.02, "prefix.queried_tokens": 1000}), TH)
+    assert a.answer == "unknown" and "--trace" in a.rationale
+
+
+def test_passive_correlation_at_low_load_says_nothing_and_otherwise_stays_modest():
+    idle = ASK["Q6"](build({"interference.prompt_itl_correlation": 0.9, "load.concurrency_mean": 0.4}), TH)
+    assert (idle.answer, idle.verdict) == ("unknown", "passive-low-load") and "--active" in idle.rationale
+    busy = ASK["Q6"](build({"interference.prompt_itl_correlation": 0.9, "load.concurrency_mean": 20}), TH)
+    assert busy.answer == "yes" and busy.verdict == "passive" and busy.confidence <= TH["confidence.passive"]
+
+
+def test_idle_server_does_not_answer_whether_requests_overlap():
+    a = ASK["Q3"](build({"outputs.length_cv": 1.2, "load.concurrency_mean": 0.0}), TH)
+    assert a.answer == "unknown"
+
+
+def test_every_confidence_rule_is_named_and_sourced():
+    from diagnose.thresholds import DEFAULTS
+    rules = [t for n, t in DEFAULTS.items() if n.startswith("confidence.")]
+    assert len(rules) >= 10
+    for t in rules:
+        assert t.meaning and t.source and t.unit and 0.0 < t.default <= 1.0
 
 
 def test_interference_interval_straddling_one_lowers_confidence():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from diagnose.errors import UsageError
 from diagnose.evidence import Evidence, EvidenceError
-from diagnose.runfolder import EVIDENCE
+from diagnose.runfolder import EVIDENCE, METRICS
 from diagnose.slo import SLO, SLOError
 from diagnose.thresholds import Thresholds, ThresholdsError
 from probes import quantities as Q
@@ -26,6 +27,15 @@ def evidence_path(path: str | Path) -> Path:
 
 
 def load_evidence(path: str | Path) -> Evidence:
+    """An evidence file, or a run folder's; a folder an interrupted run left (metrics.jsonl, no
+    evidence.json) gives the evidence rebuilt from its scrapes, with a note on stderr."""
+    folder = Path(path)
+    if folder.is_dir() and not (folder / EVIDENCE).exists() and (folder / METRICS).exists():
+        from diagnose.collect import evidence_from_scrapes
+
+        print(f"llm-diagnose: no {EVIDENCE} in {folder} (an interrupted run?): diagnosing the scrapes in "
+              f"{folder / METRICS}", file=sys.stderr)
+        return evidence_from_scrapes(folder)
     p = evidence_path(path)
     try:
         return Evidence.from_json(p.read_text(encoding="utf-8"))

@@ -16,7 +16,7 @@ from pathlib import Path
 from diagnose.collect import RunPlan, run_target
 from diagnose.commands.common import add_slo_flags, load_slo
 from diagnose.errors import ExitCode, TargetError, UsageError
-from diagnose.runfolder import REQUESTS
+from diagnose.runfolder import REQUESTS, out_path, prepare_out_dir
 from probes import quantities as Q
 from probes.results import Fact, Provenance
 from diagnose.report import console
@@ -31,7 +31,7 @@ def register(sub) -> None:
     p = sub.add_parser("demo", help="diagnose a real local vLLM running a tiny model (the embedded default)",
                        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
                        description=__doc__.split("\n\n", 1)[1])
-    p.add_argument("--out", type=Path, help="run folder (default: runs/demo-<timestamp>)")
+    p.add_argument("--out", type=out_path, help="run folder (default: runs/demo-<timestamp>)")
     p.add_argument("--workdir", type=Path, default=Path(".cache/demo"),
                    help="where the tiny model and the server's caches live (default .cache/demo)")
     p.add_argument("--duration", type=float, default=25.0, metavar="SECONDS",
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.requests < 1 or args.duration <= 0:
         raise UsageError("--requests and --duration must be positive")
     slo = load_slo(args)
-    out = args.out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
+    out = prepare_out_dir(args.out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
     workdir = args.workdir.resolve()
     _say(f"making the tiny model in {workdir / 'model'}")
     model_dir = make_tiny_model(workdir / "model")

@@ -22,7 +22,7 @@ from diagnose.commands.common import add_trace_flags, dumps, load_thresholds
 from diagnose.errors import TargetError, UsageError
 from diagnose.evidence import Evidence, Target
 from diagnose.fleet import fleet_view, render_text
-from diagnose.runfolder import DIAGNOSIS, EVIDENCE, SUMMARY, write_atomic
+from diagnose.runfolder import DIAGNOSIS, EVIDENCE, SUMMARY, out_path, prepare_out_dir, write_atomic
 from diagnose.tree import diagnose
 from probes import quantities as Q
 from probes.http import InvalidTargetURL, ProbeHTTPError
@@ -72,7 +72,7 @@ def register(sub) -> None:
                         "windows; use at least the scrape interval")
     p.add_argument("--replica-label", default=DEFAULT_REPLICA_LABEL, metavar="LABEL",
                    help=f"the label that names a replica (default {DEFAULT_REPLICA_LABEL}; pod on Kubernetes)")
-    p.add_argument("--out", required=True, type=Path, help="output folder (fleet.json, summary.txt, replicas/*/)")
+    p.add_argument("--out", required=True, type=out_path, help="output folder (fleet.json, summary.txt, replicas/*/)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding named thresholds (fleet.* included)")
     add_trace_flags(p)
     p.set_defaults(func=run)
@@ -159,6 +159,7 @@ def _read(args: argparse.Namespace, start: float, end: float) -> FleetWindows:
 
 def run(args: argparse.Namespace) -> int:
     thresholds = load_thresholds(args.thresholds)
+    prepare_out_dir(args.out, files=(FLEET_FILE, SUMMARY))  # before Prometheus is asked
     start, end = window_of(args)
     fw = _read(args, start, end)
     folders = folder_names(fw.windows)

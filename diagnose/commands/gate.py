@@ -13,7 +13,7 @@ from diagnose.errors import UsageError
 from diagnose.gate import RunData, compare, render_junit, render_text, request_measurements
 from diagnose.gate_rules import GateRulesError, load_rules
 from diagnose.report import markdown
-from diagnose.runfolder import write_atomic
+from diagnose.runfolder import check_out_file, out_path, write_output
 
 EXAMPLE = """example:
   llm-diagnose gate --baseline runs/main --current runs/pr --junit gate.xml --markdown gate.md
@@ -36,9 +36,9 @@ def register(sub) -> None:
     p.add_argument("--rules", metavar="FILE", help="TOML rules (defaults: built in)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML thresholds for runs that lack a diagnosis.json")
     add_slo_flags(p)  # like --thresholds: for runs that lack a diagnosis.json
-    p.add_argument("--junit", type=Path, metavar="FILE", help="also write JUnit XML here")
-    p.add_argument("--markdown", type=Path, metavar="FILE", help="also write a Markdown summary here")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the outcomes as JSON here")
+    p.add_argument("--junit", type=out_path, metavar="FILE", help="also write JUnit XML here")
+    p.add_argument("--markdown", type=out_path, metavar="FILE", help="also write a Markdown summary here")
+    p.add_argument("--json", type=out_path, metavar="FILE", help="also write the outcomes as JSON here")
     p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 5 when the runs are too noisy to decide")
     p.add_argument("--verbose", action="store_true", help="list passing rules too")
     p.set_defaults(func=run)
@@ -61,9 +61,7 @@ def _slo_text(slo) -> str:
 
 
 def _write(path: Path, text: str, flag: str) -> None:
-    if not path.parent.exists():
-        raise UsageError(f"{flag} {path}: the folder {path.parent} does not exist")
-    write_atomic(path, text)
+    write_output(path, text, flag)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     slo = load_slo(args)
+    for flag in ("junit", "markdown", "json"):  # an output that cannot be written fails before the comparison
+        if getattr(args, flag) is not None:
+            check_out_file(getattr(args, flag), f"--{flag}")
     baseline, note_b = _run_data(args.baseline, thresholds, slo if slo.declared else None)
     current, note_c = _run_data(args.current, thresholds, slo if slo.declared else None)
     # Answers judged against different objectives may differ for that reason alone.

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from diagnose.runfolder import write_atomic
+from diagnose.runfolder import check_out_file, out_path, prepare_out_dir, write_output
 from diagnose.errors import UsageError
 from diagnose.evidence import Evidence, Target
 
@@ -44,11 +44,16 @@ def register(sub) -> None:
     p.add_argument("--context", type=_ints, default=(128, 512), help="decode context lengths (default 128,512)")
     p.add_argument("--prompt", type=_ints, default=(128, 512), help="prefill prompt lengths (default 128,512)")
     p.add_argument("--budget", type=float, default=0.3, help="seconds per measurement (default 0.3)")
-    p.add_argument("--out", metavar="PATH", help="write evidence.json here (a .json file or a folder)")
+    p.add_argument("--out", metavar="PATH", type=out_path, help="write evidence.json here (a .json file or a folder)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out:  # an unusable --out fails now, not after the measurements
+        if args.out.suffix == ".json":
+            check_out_file(args.out)
+        else:
+            prepare_out_dir(args.out, files=("evidence.json",))
     try:
         import torch
 
@@ -92,6 +97,6 @@ def run(args: argparse.Namespace) -> int:
             out.mkdir(parents=True, exist_ok=True)
             out = out / "evidence.json"
         evidence = Evidence(Target(label=f"microbench: {name} on {report.device}"), report.evidence_items())
-        write_atomic(out, evidence.to_json())
+        write_output(out, evidence.to_json())
         print(f"evidence: {out}", file=sys.stderr)
     return 0

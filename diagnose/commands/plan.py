@@ -18,7 +18,7 @@ from diagnose.capacity.plan import PREDICTION_RANGE
 from diagnose.commands.common import add_slo_flags, dumps, evidence_path, load_evidence, load_slo, load_thresholds
 from diagnose.errors import TargetError, UsageError
 from diagnose.report.capacity import PLAN_FILE, console_text  # report of --out shows the plan
-from diagnose.runfolder import REQUESTS, write_atomic
+from diagnose.runfolder import REQUESTS, out_path, prepare_out_dir, write_atomic
 from diagnose.tree import diagnose
 from probes.load.records import read_records
 
@@ -50,7 +50,7 @@ def register(sub) -> None:
     p.add_argument("--max-batched-tokens", type=int, metavar="N",
                    help="the server's max_num_batched_tokens (default: vLLM's 2048, stated as an assumption)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.add_argument("--out", type=Path, metavar="DIR", help=f"write {PLAN_FILE} (and the search's requests) here")
+    p.add_argument("--out", type=out_path, metavar="DIR", help=f"write {PLAN_FILE} (and the search's requests) here")
     active = p.add_argument_group("measured goodput (opt-in: sends real requests, within a hard budget)")
     active.add_argument("--active", action="store_true", help="also search the goodput against the live server")
     active.add_argument("--url", help="the server's base URL (with --active)")
@@ -156,7 +156,9 @@ def _search_live(args, trace, items, limits, slo, model, validation):
         low, high = 0.5, 64.0
         notes.append("no model before the search: it spans 0.5-64 requests/s")
     try:
-        gplan = plan_goodput(budget, low, high, requests=trial_requests, steps=args.search_steps)
+        # The POST /tokenize that sizes prompts takes one slot of the budget; the trials share the rest.
+        trials_budget = replace(budget, max_requests=max(1, budget.max_requests - 1))
+        gplan = plan_goodput(trials_budget, low, high, requests=trial_requests, steps=args.search_steps)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     # The budget may have cut the trial's size: every use below (what is sent, what is
@@ -164,8 +166,8 @@ def _search_live(args, trace, items, limits, slo, model, validation):
     n = gplan.requests
     gplan = replace(gplan, workload=f"the trace's first {n} requests")
     print(f"Active goodput search will send streaming POST /v1/completions requests to {args.url}:\n  "
-          f"{gplan.describe()}\n  budget: {budget.describe()} - a hard bound\n  besides: GET /v1/models and one "
-          "POST /tokenize (to size prompts in tokens)", file=sys.stderr)
+          f"{gplan.describe()}\n  budget: {budget.describe()} - a hard bound\n  also: one POST /tokenize first (to "
+          "size prompts in tokens; it takes a budget slot) and GET /v1/models", file=sys.stderr)
     judge = slo_judge(slo)
     base = normalize_base_url(args.url)
     out = None if args.out is None else args.out / REQUESTS
@@ -180,9 +182,12 @@ def _search_live(args, trace, items, limits, slo, model, validation):
             except ProbeHTTPError as exc:
                 raise TargetError(f"{args.url}: {exc}") from None
             client.model = client.model or ""
+            guard = BudgetGuard(budget)
+            if not await guard.admit():  # the POST /tokenize leaves the client: it takes a budget slot
+                raise UsageError("the request budget has no slot for POST /tokenize: raise --budget-requests")
             prompts, _ = await calibrate_prompts(client.session, base, client.model)
             with JsonlWriter(out) as writer:
-                driver = Driver(client, BudgetGuard(budget), writer)
+                driver = Driver(client, guard, writer)
                 return await run_goodput_search(
                     driver, gplan, lambda rate, i: trace_workload(trace[:n], prompts, pacing=PoissonArrivals(
                         rate, gplan.seed), name=f"goodput{i}", experiment="goodput"), judge)
@@ -221,6 +226,8 @@ def _blocks_of(items):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        prepare_out_dir(args.out, files=(PLAN_FILE, REQUESTS))  # before the search
     plan = plan_from_args(args)
     data = plan.to_dict()
     if args.out is not None:

@@ -7,7 +7,6 @@ or its diagnosis.json) and is shared with `gate`.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +15,10 @@ from diagnose.commands.common import add_slo_flags, load_slo, load_thresholds
 from diagnose.diagnosis import DIAGNOSIS_SCHEMA, Diagnosis
 from diagnose.errors import UsageError
 from diagnose.evidence import SCHEMA as EVIDENCE_SCHEMA
-from diagnose.evidence import Evidence, EvidenceError
+from diagnose.evidence import Evidence, EvidenceError, parse_json_document
 from diagnose.report import capacity, html, markdown
 from diagnose.report import json as report_json
-from diagnose.runfolder import DIAGNOSIS, EVIDENCE, write_atomic
+from diagnose.runfolder import DIAGNOSIS, EVIDENCE, METRICS, check_out_file, out_path, write_output
 from diagnose.slo import SLO
 from diagnose.thresholds import Thresholds
 from diagnose.tree import diagnose
@@ -45,11 +44,11 @@ class LoadedRun:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json_document(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read it ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except EvidenceError as exc:
+        raise UsageError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a JSON object")
     return data
@@ -75,6 +74,13 @@ def load_run(path: str | Path, thresholds: Thresholds | None = None, slo: SLO | 
     if p.is_dir():
         folder, ev_path, dg_path = p, p / EVIDENCE, p / DIAGNOSIS
         if not ev_path.exists() and not dg_path.exists():
+            if (p / METRICS).exists():  # an interrupted run: its scrapes are all there is
+                from diagnose.collect import evidence_from_scrapes
+
+                evidence = evidence_from_scrapes(p)
+                return LoadedRun(diagnose(evidence, thresholds, slo=slo), evidence, folder, str(p),
+                                 f"no {EVIDENCE} in {p} (an interrupted run?): diagnosed from the scrapes in "
+                                 f"{p / METRICS}")
             raise UsageError(f"{p} holds neither {EVIDENCE} nor {DIAGNOSIS}: is it a run folder?")
     else:
         schema = _read_json(p).get("schema")
@@ -90,8 +96,9 @@ def load_run(path: str | Path, thresholds: Thresholds | None = None, slo: SLO | 
     if dg_path.exists():
         try:
             diagnosis = Diagnosis.from_dict(_read_json(dg_path))
-        except (ValueError, TypeError) as exc:
-            raise UsageError(f"{dg_path}: {exc}") from None
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:  # a file edited by hand
+            raise UsageError(f"{dg_path}: not a diagnosis this tool can read ({type(exc).__name__}: {exc}); "
+                             f"remove it to diagnose {EVIDENCE} afresh") from None
         # The tree is cheap and pure: re-running it is the one way to get the digest it records.
         if evidence is not None and diagnosis.evidence_digest != diagnose(evidence, thresholds).evidence_digest:
             note = f"{dg_path} was computed from other evidence than {ev_path}: it is used as written"
@@ -116,7 +123,7 @@ def register(sub) -> None:
                                    "needed to view it), Markdown for a pull-request comment, or JSON.")
     p.add_argument("run", metavar="DIR|FILE", help="a run folder, or its diagnosis.json or evidence.json")
     p.add_argument("--format", choices=tuple(FORMATS), help="default: from --out's suffix, else html")
-    p.add_argument("--out", type=Path, metavar="FILE", help="write here (default: standard output)")
+    p.add_argument("--out", type=out_path, metavar="FILE", help="write here (default: standard output)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML thresholds, used only when there is no diagnosis.json")
     add_slo_flags(p)  # like --thresholds: used only when there is no diagnosis.json
     p.add_argument("--include-prompts", action="store_true",
@@ -142,6 +149,8 @@ def _capacity_markdown(run_dir: Path | None) -> str:
 def run(args: argparse.Namespace) -> int:
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     slo = load_slo(args)
+    if args.out is not None:
+        check_out_file(args.out)  # before the work
     loaded = load_run(args.run, thresholds, slo if slo.declared else None)
     fmt = _format(args)
     if fmt == "html":
@@ -158,8 +167,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        if not args.out.parent.exists():
-            raise UsageError(f"--out {args.out}: the folder {args.out.parent} does not exist")
-        write_atomic(args.out, text)
+        write_output(args.out, text)
         print(f"llm-diagnose: wrote {args.out} ({fmt})", file=sys.stderr)
     return 0

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 
 from diagnose.collect import RunPlan, run_target
 from diagnose.commands.common import (add_slo_flags, add_trace_flags, add_workload_flags, declared_facts, load_slo,
                                      load_thresholds)
 from diagnose.errors import ExitCode, UsageError
 from diagnose.report import console
+from diagnose.runfolder import METRICS, out_path, prepare_out_dir
 from probes.experiments import ALL_EXPERIMENTS, ActiveBudget, describe_plan, prepare_plan, run_experiments
 from probes.metrics.window import ScrapeRecord
 
@@ -32,7 +32,7 @@ def register(sub) -> None:
     p.add_argument("--metrics-url", metavar="URL",
                    help="where the metrics are, when not at URL/metrics (e.g. the PyTorch probe's side port "
                         "http://127.0.0.1:9478/metrics)")
-    p.add_argument("--out", required=True, type=Path, help="run folder (raw samples are written as taken)")
+    p.add_argument("--out", required=True, type=out_path, help="run folder (raw samples are written as taken)")
     p.add_argument("--duration", type=float, default=30.0, metavar="SECONDS", help="observation window (default 30)")
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="scrape interval (default 1)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding named thresholds (and its [slo] table)")
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     if args.interval > args.duration:
         raise UsageError(f"--interval ({args.interval:g} s) is longer than --duration ({args.duration:g} s)")
     thresholds, slo = load_thresholds(args.thresholds), load_slo(args)  # before the target is touched
+    prepare_out_dir(args.out)  # an unusable --out fails now, not after the window
     active = _active_hook(args) if args.active else None
     duration = max(args.duration, args.budget_seconds) if active else args.duration  # watch the whole load
     plan = RunPlan(url=args.url, out_dir=args.out, duration_s=duration, interval_s=args.interval,
@@ -110,9 +111,17 @@ def run(args: argparse.Namespace) -> int:
         mode = "active: the requests above, within the budget" if active else "passive: no requests sent"
         print(f"llm-diagnose: watching {args.url} for {duration:g} s ({mode}); "
               f"raw scrapes -> {args.out}/metrics.jsonl", file=sys.stderr)
-    result = run_target(plan, on_sample=None if args.quiet else Progress(planned), active=active)
+    try:
+        result = run_target(plan, on_sample=None if args.quiet else Progress(planned), active=active)
+    except KeyboardInterrupt:
+        print(f"\nllm-diagnose: interrupted; the scrapes taken so far are in {args.out / METRICS}: diagnose them "
+              f"with `llm-diagnose decide {args.out}` (or report/gate on the folder)", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     sys.stdout.write(console.render(result.diagnosis, result.evidence, verbose=False))
     print(f"\nrun folder: {result.out_dir} (evidence.json, diagnosis.json, summary.txt, metrics.jsonl)")
+    if result.restarts:
+        print(f"llm-diagnose: the server restarted during the window ({len(result.restarts)} time(s)); "
+              f"see {args.out}/summary.txt", file=sys.stderr)
     if result.partial:
         print(f"llm-diagnose: error: partial run: {result.partial}; the diagnosis covers what was measured",
               file=sys.stderr)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from diagnose.commands.common import dumps
 from diagnose.errors import UsageError
 from diagnose.evidence import Evidence, Target
+from diagnose.runfolder import check_out_file, out_path, write_output
 from probes.traces import FORMATS, TraceAnalysis, TraceError, analyze_trace
 
 EXAMPLE = """examples:
@@ -56,11 +56,13 @@ def register(sub) -> None:
     p.add_argument("--strict", action="store_true", help="fail on the first unreadable line instead of skipping it")
     p.add_argument("--show-text", action="store_true", help="include short snippets of what varies between prompts")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
-    p.add_argument("--evidence-out", metavar="FILE", help="also write the measurements as an evidence file for decide")
+    p.add_argument("--evidence-out", metavar="FILE", type=out_path, help="also write the measurements as an evidence file for decide")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.evidence_out:
+        check_out_file(args.evidence_out, "--evidence-out")  # before the (long) analysis
     try:
         analysis = analyze_trace(
             args.file, fmt=args.format, block_size=args.block_size, kv_capacity_tokens=args.kv_capacity_tokens,
@@ -71,10 +73,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if args.evidence_out:
         evidence = Evidence(Target(url=analysis.path, label="trace"), analysis.evidence_items())
-        try:
-            Path(args.evidence_out).write_text(evidence.to_json(), encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"{args.evidence_out}: cannot write it ({exc.strerror or exc})") from None
+        write_output(args.evidence_out, evidence.to_json(), "--evidence-out")
     sys.stdout.write(dumps(analysis.to_dict()) if args.json else render(analysis))
     return 0
 

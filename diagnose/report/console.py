@@ -7,7 +7,8 @@ from diagnose.evidence import Evidence
 from diagnose.report.json import slo_summary
 from probes import quantities as Q
 
-_MARK = {"recommended": "+", "not-working": "!", "in-place": "=", "not-indicated": " ", "unknown": "?"}
+_MARK = {"recommended": "+", "not-working": "!", "in-place": "=", "on-unverified": "~", "not-indicated": " ",
+         "unknown": "?"}
 _SLO_MARK = {"broken": "!", "met": "=", "not judged": "?"}
 
 
@@ -28,6 +29,15 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, verbose: b
     add(f"llm-diagnose: {diagnosis.target or 'target'} ({_engine_line(diagnosis, evidence)})")
     add("")
     add(f"Bottleneck: {diagnosis.bottleneck}")
+    subject = f": {diagnosis.headline_subject}" if diagnosis.headline_subject else ""
+    add(f"Headline: {diagnosis.headline_kind}{subject}")
+    if diagnosis.sanity:
+        add("Doubtful evidence (answers that read it have lower confidence):")
+        for f in diagnosis.sanity:
+            add(f"  ! {f.key}: {f.problem}")
+    bad = evidence.measurement(Q.BAD_SAMPLES) if evidence is not None else None
+    if bad is not None and bad.value > 0:  # impossible values the page carried: left out, never hidden
+        add(f"Bad samples: {bad.note}")
     slo = slo_summary(diagnosis)
     source = f" ({slo['source']})" if slo["declared"] else ""
     add(f"SLO{source}: {slo['summary']}")
@@ -53,6 +63,9 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, verbose: b
     in_place = [r.technique for r in diagnosis.recommendations if r.status == "in-place"]
     if in_place:
         add(f"In place: {', '.join(in_place)}")
+    for r in diagnosis.recommendations:
+        if r.status == "on-unverified":
+            add(f"On, not verified: {r.technique}: {r.reason}")
     detected = diagnosis.detected_pitfalls
     add("")
     if detected:
@@ -86,5 +99,5 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, verbose: b
                 add(f"  - {m.evidence}: {m.reason}" + (f" ({m.hint})" if m.hint else ""))
     add("")
     add(f"technique status: " + "  ".join(f"{_MARK[r.status]}{r.technique}" for r in diagnosis.recommendations))
-    add("legend: + recommended  ! not working  = in place  ? unknown")
+    add("legend: + recommended  ! not working  = in place  ~ on, not verified  ? unknown")
     return "\n".join(out) + "\n"

@@ -32,7 +32,7 @@ h3{margin:.3em 0;font-size:1.1em}code{background:#f2f2f2;padding:.1em .3em;borde
 .rec.not-working{border-left:5px solid #D55E00}.rec.recommended{border-left:5px solid #0072B2}
 .badge{display:inline-block;font-size:.8em;padding:.05em .5em;border-radius:9px;background:#eee;margin-left:.4em}
 .badge.recommended{background:#d6e9f7}.badge.not-working,.badge.detected,.badge.regression{background:#fbd9c9}
-.badge.in-place,.badge.yes,.badge.met{background:#d3f0e6}.badge.broken{background:#fbd9c9}.badge.unknown,.badge.not-checkable{background:#eee}
+.badge.in-place,.badge.yes,.badge.met{background:#d3f0e6}.badge.on-unverified{background:#fff1c2}.badge.broken{background:#fbd9c9}.badge.unknown,.badge.not-checkable{background:#eee}
 .figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(600px,1fr));gap:1em}
 figure{margin:0;border:1px solid #e3e3e3;border-radius:6px;padding:.5em}
 figcaption{font-size:.85em;color:#555}svg.plot{max-width:100%;height:auto}
@@ -66,7 +66,12 @@ def _table(headers: list[str] | None, rows: list[list[str]], *, raw: bool = Fals
 
 def _verdict(c: dict) -> str:
     out = ['<section id="verdict"><h2>Verdict</h2>',
-           f'<p class="bottleneck"><strong>Bottleneck:</strong> {escape(c["bottleneck"])}</p>']
+           f'<p class="bottleneck"><strong>Bottleneck:</strong> {escape(c["bottleneck"])}</p>',
+           f'<p class="sub">headline: <code>{escape(c["headline"]["kind"])}</code>'
+           + (f' <code>{escape(c["headline"]["subject"])}</code>' if c["headline"]["subject"] else "") + "</p>"]
+    if c["sanity"]:
+        rows = [[f"<code>{escape(f['key'])}</code>", escape(f["problem"])] for f in c["sanity"]]
+        out.append('<h3>Doubtful evidence</h3>' + _table(["evidence", "problem"], rows, raw=True))
     if c["recommendations"]:
         out.append('<h3>Recommendations, in the tree\'s order</h3><ol class="recommendations">')
         for r in c["recommendations"]:
@@ -82,6 +87,10 @@ def _verdict(c: dict) -> str:
         out.append("<p>Recommendations: none.</p>")
     if c["in_place"]:
         out.append(f'<p><strong>In place:</strong> {escape(", ".join(c["in_place"]))}</p>')
+    if c["on_unverified"]:
+        items = "".join(f"<li><code>{escape(u['technique'])}</code>: {escape(u['reason'])}</li>"
+                        for u in c["on_unverified"])
+        out.append(f"<p><strong>On, not verified:</strong></p><ul>{items}</ul>")
     detected = [p for p in c["pitfalls"] if p["status"] == "detected"]
     names = ", ".join(p["pitfall"] for p in detected) if detected else "none"
     out.append(f"<p><strong>Pitfalls detected:</strong> {escape(names)}</p>")

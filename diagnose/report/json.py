@@ -255,9 +255,13 @@ def content(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_p
         "title": f"llm-diagnose: {scrub(diagnosis.target) or 'target'}",
         "engine": _engine_line(diagnosis, evidence),
         "bottleneck": scrub(diagnosis.bottleneck),
+        "headline": {"kind": diagnosis.headline_kind, "subject": diagnosis.headline_subject},
+        "sanity": [{"key": f.key, "problem": scrub(f.problem)} for f in diagnosis.sanity],
         "slo": slo_summary(diagnosis),
         "recommendations": recommendations,
         "in_place": [r.technique for r in diagnosis.recommendations if r.status == "in-place"],
+        "on_unverified": [{"technique": r.technique, "reason": scrub(r.reason)}
+                          for r in diagnosis.recommendations if r.status == "on-unverified"],
         "technique_status": [[r.technique, r.status] for r in diagnosis.recommendations],
         "questions": questions,
         "pitfalls": pitfalls,

@@ -60,7 +60,12 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_prompts: bool = False) -> str:
     c = content(diagnosis, evidence, include_prompts=include_prompts)
     out = [f"## {text(c['title'])}", "", f"engine {text(c['engine'])}", "",
-           f"**Bottleneck:** {text(c['bottleneck'])}", ""]
+           f"**Bottleneck:** {text(c['bottleneck'])}", "",
+           f"**Headline:** {code(c['headline']['kind'])}"
+           + (f" {code(c['headline']['subject'])}" if c["headline"]["subject"] else ""), ""]
+    if c["sanity"]:
+        out += ["### Doubtful evidence", ""]
+        out += _table(["evidence", "problem"], [[code(f["key"]), cell(f["problem"])] for f in c["sanity"]])
     slo = c["slo"]
     out += [f"**SLO:** {text(slo['summary'])}" + (f" ({text(slo['source'])})" if slo["declared"] else ""), ""]
     if slo["objectives"]:
@@ -79,6 +84,9 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_pr
         out += ["Recommendations: none.", ""]
     if c["in_place"]:
         out += ["In place: " + ", ".join(code(t) for t in c["in_place"]), ""]
+    if c["on_unverified"]:
+        out += ["On, not verified: " + "; ".join(f"{code(u['technique'])} ({text(u['reason'])})"
+                                                 for u in c["on_unverified"]), ""]
     out += ["### Pitfalls", ""]
     out += _table(["pitfall", "status", "why", "fix"],
                   [[code(p["pitfall"]), cell(p["status"]), cell(p["explanation"]), cell(p["fix"])]

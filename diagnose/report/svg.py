@@ -250,7 +250,7 @@ def read_jsonl(path: Path) -> tuple[list[dict], int]:
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # cut short, or nested too deeply to read
             bad += 1
             continue
         if isinstance(obj, dict):

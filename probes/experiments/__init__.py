@@ -37,7 +37,7 @@ from probes.http import ProbeHTTPError, get_json, make_session, normalize_base_u
 from probes.load.budget import ActiveBudget, BudgetGuard
 from probes.load.client import StreamingClient, StreamTimeouts, is_local_target
 from probes.load.health import HealthWindow
-from probes.load.prompts import calibrate_prompts
+from probes.load.prompts import PromptMaker, calibrate_prompts
 from probes.load.records import EVENTS_FILE, REQUESTS_FILE, Endpoint, JsonlWriter
 from probes.load.runner import Driver
 from probes.results import Measurement, NotMeasured, Provenance, Result
@@ -107,8 +107,8 @@ async def run_experiments(base_url: str, model: str | None, budget: ActiveBudget
     made here the same way. `metrics_scraper` (or `metrics_url`, read with this run's
     session) gives the server's counters before and after each experiment. `on_result(name,
     results)` sees each experiment's results as they come, for a partial diagnosis if the
-    run is interrupted. The budget's clock starts here: set-up calls count against its time
-    (not against its requests, which count completions requests only).
+    run is interrupted. The budget's clock starts here: set-up calls count against its time;
+    the POST /tokenize also takes one of its requests (GET /v1/models and scrapes are read-only).
     """
     guard = BudgetGuard(budget)
     base = normalize_base_url(base_url)
@@ -131,7 +131,12 @@ async def run_experiments(base_url: str, model: str | None, budget: ActiveBudget
                     served, max_len = None, None
                     notes.append(str(exc))
                 client.model = model or served or ""
-            prompts, tokenizer_max_len = await calibrate_prompts(client.session, base, client.model)
+            if await guard.admit():  # the POST /tokenize leaves the client: it takes a budget slot
+                prompts, tokenizer_max_len = await calibrate_prompts(client.session, base, client.model)
+            else:
+                prompts, tokenizer_max_len = PromptMaker(
+                    source="uncalibrated: the request budget had no slot left for POST /tokenize; about 1.3 "
+                           "tokens per word assumed"), None
             if plan is None:
                 plan = plan_experiments(budget, experiments, max_model_len=max_len or tokenizer_max_len,
                                         endpoint=endpoint, target=source, model=client.model)

@@ -24,6 +24,9 @@ __all__ = [
 ALL_EXPERIMENTS = ("decode", "interference", "heterogeneity", "prefix", "spec")
 QUESTION_OF = {"decode": "Q5", "interference": "Q6", "heterogeneity": "Q3", "prefix": "Q2", "spec": "Q5"}
 SETUP_RESERVE_S = 2.0  # GET /v1/models, POST /tokenize, scrapes: kept out of the experiments' time
+# The one POST /tokenize that sizes prompts in tokens leaves the client like any other request,
+# so it takes a slot of the request budget; the experiments share what is left.
+SETUP_REQUESTS = 1
 DEFAULT_MAX_MODEL_LEN = 2048
 MIN_TIME_SHARE = 0.4
 
@@ -227,20 +230,21 @@ def plan_experiments(budget: ActiveBudget, experiments: tuple[str, ...] = ALL_EX
 
     # Requests: keep, in priority order, what fits at its floor; then grow all of them
     # together towards their natural sizes as far as the budget allows.
-    if sum(p.requests for _, p in steps) > budget.max_requests:
+    for_experiments = max(0, budget.max_requests - SETUP_REQUESTS)
+    if sum(p.requests for _, p in steps) > for_experiments:
         kept, used = [], 0
         for name, p in steps:
             floor = _shrink(p, 0.0)
-            if used + floor.requests <= budget.max_requests:
+            if used + floor.requests <= for_experiments:
                 kept.append((name, p))
                 used += floor.requests
             else:
                 skipped.append((name, f"needs at least {floor.requests} requests; the budget of "
-                                      f"{budget.max_requests} has {budget.max_requests - used} left for it"))
+                                      f"{budget.max_requests} has {for_experiments - used} left for it after the set-up request"))
         lo, hi = 0.0, 1.0
         for _ in range(30):  # the largest common scale that fits (request counts grow with it)
             mid = (lo + hi) / 2
-            if sum(_shrink(p, mid).requests for _, p in kept) <= budget.max_requests:
+            if sum(_shrink(p, mid).requests for _, p in kept) <= for_experiments:
                 lo = mid
             else:
                 hi = mid
@@ -290,12 +294,15 @@ def describe_plan(plan: ExperimentPlan) -> str:
     rate = (f"; starts paced to at most {plan.budget.max_rps:g}/s, which may stretch the experiments"
             if plan.budget.max_rps else "")
     if plan.steps:
-        lines.append(f"  in all: at most {min(plan.requests, plan.budget.max_requests)} requests within "
+        lines.append(f"  in all: at most {min(plan.requests + SETUP_REQUESTS, plan.budget.max_requests)} requests "
+                     f"(the POST /tokenize below included) within "
                      f"{plan.duration_bound_s:.0f} s{rate}")
     else:
         lines.append("  nothing will be sent: no experiment fits the budget")
-    lines.append("  besides: GET /v1/models, one POST /tokenize (to size prompts in tokens), with metrics GET /metrics "
-                 "before and after each experiment, and, if the server rejects an optional field (ignore_eos, usage "
-                 "in the stream) by name, that request once more without it")
+    lines.append("  also: one POST /tokenize first (to size prompts in tokens; it counts against the budget), "
+                 "GET /v1/models and, with metrics, GET /metrics before and after each experiment (read-only, as in "
+                 "passive mode); a request resent (its connection closed before any answer, or the server rejected "
+                 "an optional field such as ignore_eos by name) takes a budget slot and waits for the rate limit "
+                 "like any other")
     lines.extend(f"  note: {n}" for n in plan.notes)
     return "\n".join(lines)

@@ -3,8 +3,10 @@
 Active probing puts load on someone's server, so the user's limits are not targets but
 walls: no request is sent after `max_requests` have been, none after `max_seconds` have
 passed (and streams still open then are cut by the client at that deadline), and requests
-never start faster than `max_rps`. Every send goes through `BudgetGuard.admit()`, which
-reserves its slot synchronously before waiting, so concurrent experiments cannot overdraw.
+never start faster than `max_rps`. Every request that leaves the client goes through
+`BudgetGuard.admit()` (a resend after a closed connection or a rejected optional field, and a
+followed redirect, each count as one), which reserves its slot synchronously before waiting,
+so concurrent experiments cannot overdraw.
 """
 
 from __future__ import annotations
@@ -15,7 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ActiveBudget", "BudgetGuard"]
+__all__ = ["ActiveBudget", "BudgetGuard", "RATE_MARGIN"]
+
+# Starts are spaced this much wider than 1/max_rps, so that a server counting arrivals in any
+# one-second window sees at most max_rps of them even when the network or a busy host delays
+# one request a few milliseconds more than the next (2% of a second: 20 ms of slack per window).
+RATE_MARGIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -81,8 +88,8 @@ class BudgetGuard:
     async def admit(self) -> bool:
         """Take one request from the budget, waiting for the rate limit; False: do not send.
 
-        Starts are serialised: each waits until 1/max_rps after the previous *actual* start,
-        so a late wake-up (a busy host) never lets two requests start closer than that.
+        Starts are serialised: each waits until (1 + RATE_MARGIN)/max_rps after the previous
+        *actual* start, so a late wake-up (a busy host) never lets two requests start closer.
         """
         if self.exhausted():
             self.refused += 1
@@ -90,7 +97,7 @@ class BudgetGuard:
         self.sent += 1  # reserved before waiting: concurrent callers cannot overdraw
         if self.budget.max_rps:
             async with self._pace:
-                target = self._last_start + 1.0 / self.budget.max_rps
+                target = self._last_start + (1.0 + RATE_MARGIN) / self.budget.max_rps
                 if target >= self.deadline:
                     self.sent -= 1  # it would start after the deadline: give the slot back
                     self.refused += 1

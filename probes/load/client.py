@@ -22,25 +22,39 @@ import ipaddress
 import json
 import resource
 import socket
+import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 import aiohttp
 
-from probes.http import REDACTED, api_key_from_env, make_session, normalize_base_url, redact_url
+from probes.http import (
+    REDACTED, REDIRECT_STATUSES, RedirectRefused, api_key_from_env, follow_redirect, make_session, normalize_base_url,
+    redact_url,
+)
 from probes.load.faults import FaultKind, classify_exception, classify_status
 from probes.load.records import ENDPOINT_PATHS, OPTIONAL_EXTENSIONS, RequestRecord, RequestSpec
 from probes.load.sse import DONE, SSEDecoder, plain_token_text, read_chunk
 
-__all__ = ["StreamTimeouts", "StreamingClient", "is_local_target", "DEFAULT_MAX_STREAMS"]
+__all__ = ["StreamTimeouts", "StreamingClient", "is_local_target", "DEFAULT_MAX_STREAMS", "STALL_S", "STALL_GAP_FACTOR"]
 
 DEFAULT_MAX_STREAMS = 1024  # the client holds at least 1,000 concurrent streams
 _FD_HEADROOM = 128  # descriptors beyond the streams: the event loop, files, the scraper
 _ERROR_BODY_BYTES = 2048
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 _IDLE_CANCEL = "llm-diagnose: idle timeout"  # the watchdog's cancel message, told apart from the driver's
+# A stream the client stops (its phase is over, the budget's deadline came) that had delivered
+# tokens and then fell silent this long, and for STALL_GAP_FACTOR times its own median gap, is
+# recorded as stalled (a server fault), not as stopped by the client. The experiments end
+# streams after 5-12 s, long before the 60 s idle timeout, so without this a hung engine read
+# as "faults: none". 5 s is far past a healthy decode gap (5-100 ms) and past the decode stall a
+# long prefill causes (up to a few seconds), which the interference experiment measures and must
+# keep. Before the first token a wait is queueing or prefill, not a stall: the heterogeneity
+# experiment reads such waits as lower bounds, and the idle timeout still ends a hung one.
+STALL_S = 5.0
+STALL_GAP_FACTOR = 50.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,7 @@ class StreamTimeouts:
     connect_s: float = 5.0
     idle_s: float = 60.0  # a long prefill on a loaded server can take tens of seconds
     total_s: float = 600.0
+    stall_s: float = STALL_S  # mid-stream silence that makes a stream the client stops a stalled one
 
 
 def is_local_target(base_url: str) -> bool:
@@ -151,6 +166,13 @@ class StreamingClient:
         self.unsupported: set[str] = set()  # optional extensions this server rejected
         self.negotiated: list[str] = []  # what was dropped, and why
         self.resent_stale = 0  # requests sent again after a kept-alive connection closed under them
+        self.attempts = 0  # POSTs that left this client: first sends, resends and followed redirects
+        self.redirects_followed = 0
+        # The budget's say on every POST beyond a request's first (a resend, a followed redirect):
+        # None when it may leave, else why not. The Driver sets it to its BudgetGuard, so that
+        # every request that leaves counts against --budget-requests and --max-rps. Unset (a
+        # client used on its own, a demo), nothing limits it.
+        self.admit_again: Callable[[], Awaitable[str | None]] | None = None
 
     async def __aenter__(self) -> "StreamingClient":
         _raise_fd_limit(self.max_streams + _FD_HEADROOM)
@@ -201,30 +223,61 @@ class StreamingClient:
     async def send(self, spec: RequestSpec, *, deadline: float | None = None) -> RequestRecord:
         """Send `spec`, stream the answer, return its record. `deadline` (perf_counter) caps it.
 
-        A server that rejects one of our optional extensions (`ignore_eos`, usage in the
-        stream) by name is asked again without it, once per extension and client; the
-        rejected attempt is noted in `negotiated`, not recorded as the request's fault.
+        The request may leave more than once, each time only if `admit_again` allows it: once
+        more when a kept-alive connection was closed before any answer; again without an
+        optional extension (`ignore_eos`, usage in the stream) that the server rejected by name
+        (once per extension and client, noted in `negotiated`); and along a redirect within the
+        target's origin (at most MAX_REDIRECTS; one off the origin is never followed, and is the
+        record's fault). The record is the last attempt's.
         """
         self.sent += 1
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
+            url = self._urls[spec.endpoint]
             resent = False
+            hops = 0
             while True:
-                record, stream, cancelled = await self._attempt(spec, deadline)
-                if not (resent or cancelled) and stream.closed_unanswered:
+                record, stream, cancelled = await self._attempt(spec, deadline, url, hops)
+                if cancelled:
+                    break
+                if stream.redirect_to is not None:
+                    again = "redirect"
+                    if record.http_status in (301, 308) and self._urls[spec.endpoint] != stream.redirect_to:
+                        self._urls[spec.endpoint] = stream.redirect_to  # moved for good: later requests go there
+                        self.negotiated.append(f"{self.source} moved {spec.endpoint} permanently to "
+                                               f"{redact_url(stream.redirect_to)} (same origin); sending there "
+                                               "from now on")
+                elif not resent and stream.closed_unanswered:
                     # A kept-alive connection the server closed as we reused it: it never read the
                     # request. Sent once more, on a fresh connection; a server that is really gone
                     # fails that too, and the record says so.
+                    again = "stale"
+                else:
+                    dropped = _rejected_extension(record, self.unsupported)
+                    if dropped is None:
+                        break
+                    again = "extension"
+                    self.unsupported.add(dropped)
+                    self.negotiated.append(f"{self.source} rejected {dropped!r} ({record.fault_detail}); "
+                                           "sending without it from now on")
+                try:
+                    refused = None if self.admit_again is None else await self.admit_again()
+                except asyncio.CancelledError as exc:  # stopped while waiting for the budget's rate
+                    why = str(exc.args[0]) if exc.args else "cancelled by the load driver"
+                    record = replace(record, fault=FaultKind.STOPPED_BY_CLIENT, fault_detail=(
+                        f"{why} (while waiting to send it again after: {record.fault_detail})"))
+                    cancelled = True
+                    break
+                if refused is not None:
+                    record = replace(record, fault_detail=f"{record.fault_detail}; not sent again: {refused}")
+                    break
+                if again == "redirect" and stream.redirect_to is not None:
+                    url, hops = stream.redirect_to, hops + 1
+                    self.redirects_followed += 1
+                elif again == "stale":
                     resent = True
                     self.resent_stale += 1
-                    continue
-                dropped = _rejected_extension(record, self.unsupported)
-                if dropped is None or cancelled:
-                    break
-                self.unsupported.add(dropped)
-                self.negotiated.append(f"{self.source} rejected {dropped!r} ({record.fault_detail}); "
-                                       "sending without it from now on")
         finally:
             self.in_flight -= 1
         self.events_parsed += len(record.event_times)
@@ -237,9 +290,24 @@ class StreamingClient:
             raise asyncio.CancelledError(record.fault_detail)
         return record
 
-    async def _attempt(self, spec: RequestSpec, deadline: float | None) -> tuple[RequestRecord, "_Stream", bool]:
-        """One HTTP request: (its record, its stream state, whether it was cancelled)."""
-        url = self._urls[spec.endpoint]
+    def _stall(self, stream: "_Stream", now: float) -> str | None:
+        """Why a stream the client is stopping counts as stalled (see STALL_S), or None."""
+        if not stream.times:
+            return None
+        silent = now - stream.last_read
+        gaps = [b - a for a, b in zip(stream.times, stream.times[1:])]
+        typical = statistics.median(gaps) if gaps else 0.0
+        if silent < self.timeouts.stall_s or silent < STALL_GAP_FACTOR * typical:
+            return None
+        cadence = f", after gaps of {typical * 1000:.0f} ms (median)" if gaps else ""
+        return (f"{self.source} stopped sending: nothing for {silent:.1f} s after {len(stream.times)} token "
+                f"events{cadence}, when the client ended the stream")
+
+    async def _attempt(self, spec: RequestSpec, deadline: float | None, url: str,
+                       hops: int) -> tuple[RequestRecord, "_Stream", bool]:
+        """One HTTP request to `url` (`hops` redirects followed so far): (its record, its stream
+        state, whether it was cancelled)."""
+        self.attempts += 1
         body = json.dumps(spec.payload(self.model, drop=self.unsupported), separators=(",", ":")).encode()
         timeout = self._timeout_until(deadline)
         stream = _Stream(spec.endpoint == "chat", spec.continuous_usage, self.keep_text)
@@ -256,10 +324,15 @@ class StreamingClient:
         if self.on_send is not None:
             self.on_send(spec, t0)
         try:
-            async with self.session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout) as resp:
+            # Redirects are not left to aiohttp: it follows them to any host, turns the POST into
+            # a GET on a 301/302, and every hop would leave uncounted by the budget.
+            async with self.session.post(url, data=body, headers=_JSON_HEADERS, timeout=timeout,
+                                         allow_redirects=False) as resp:
                 status = resp.status
                 started = True
-                if status != 200:
+                if status in REDIRECT_STATUSES:
+                    self._redirect(stream, url, status, resp.headers.get("Location"), hops)
+                elif status != 200:
                     snippet = _error_summary(await resp.content.read(_ERROR_BODY_BYTES), self._secret)
                     retry = resp.headers.get("Retry-After")
                     stream.fail(classify_status(status), f"HTTP {status}"
@@ -284,13 +357,18 @@ class StreamingClient:
                             f"{self.source} sent nothing {where} for {self.timeouts.idle_s:g} s (idle timeout)")
             else:
                 cancelled = True
-                stream.fail(FaultKind.STOPPED_BY_CLIENT,
-                            str(exc.args[0]) if exc.args else "cancelled by the load driver")
+                why = str(exc.args[0]) if exc.args else "cancelled by the load driver"
+                stall = self._stall(stream, clock())
+                if stall:
+                    stream.fail(FaultKind.STALLED, f"{stall} ({why})")
+                stream.fail(FaultKind.STOPPED_BY_CLIENT, why)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded fault
             kind, detail = classify_exception(exc, url, started_streaming=started)
             stream.closed_unanswered = isinstance(exc, aiohttp.ServerDisconnectedError) and not started
             if kind is FaultKind.TIMEOUT_TOTAL and deadline is not None and clock() >= deadline - 1e-3:
-                kind, detail = FaultKind.STOPPED_BY_CLIENT, "stopped at the budget's deadline"
+                stall = self._stall(stream, clock())
+                kind, detail = ((FaultKind.STALLED, f"{stall} (the budget's deadline)") if stall else
+                                (FaultKind.STOPPED_BY_CLIENT, "stopped at the budget's deadline"))
             stream.fail(kind, detail)
         finally:
             self._streams.pop(task, None)  # type: ignore[arg-type]
@@ -309,6 +387,21 @@ class StreamingClient:
             fault_detail=stream.detail, handling_s=handling)
         return record, stream, cancelled
 
+    def _redirect(self, stream: "_Stream", url: str, status: int, location: str | None, hops: int) -> None:
+        """A 3xx answer: the attempt's fault, and where `send` may follow it (same origin only)."""
+        try:
+            target = follow_redirect(self.base_url, url, status, location, hops)
+        except RedirectRefused as exc:
+            stream.fail(FaultKind.REDIRECTED, str(exc))
+            return
+        if target is None:
+            stream.fail(FaultKind.REDIRECTED, f"HTTP {status} without a Location header")
+        elif status == 303:  # "see other": fetch a result with GET; a completion cannot follow it
+            stream.fail(FaultKind.REDIRECTED, f"HTTP 303 to {redact_url(target)} asks for a GET: not followed")
+        else:
+            stream.fail(FaultKind.REDIRECTED, f"HTTP {status} to {redact_url(target)} (same origin)")
+            stream.redirect_to = target
+
 
 def _rejected_extension(record: RequestRecord, already: set[str]) -> str | None:
     """The optional extension a 400/422 answer names, if it names one we can do without."""
@@ -324,7 +417,8 @@ class _Stream:
     """The state of one response while it streams (mutable, private to `send`)."""
 
     __slots__ = ("chat", "continuous", "keep_text", "times", "event_tokens", "texts", "finish", "usage",
-                 "seen_done", "used_tokens", "fault", "detail", "last_read", "idle_expired", "closed_unanswered")
+                 "seen_done", "used_tokens", "fault", "detail", "last_read", "idle_expired", "closed_unanswered",
+                 "redirect_to")
 
     def __init__(self, chat: bool, continuous: bool, keep_text: bool) -> None:
         self.chat, self.continuous, self.keep_text = chat, continuous, keep_text
@@ -341,6 +435,7 @@ class _Stream:
         # The server closed the connection before any answer (a kept-alive one, closed as reused).
         self.closed_unanswered = False
         self.idle_expired = False
+        self.redirect_to: str | None = None  # a same-origin Location that `send` may follow
 
     def fail(self, kind: FaultKind, detail: str) -> None:
         if self.fault is None:  # the first fault is the cause; later ones are its consequences

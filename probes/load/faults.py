@@ -17,7 +17,7 @@ import enum
 
 import aiohttp
 
-from probes.http import redact_url
+from probes.http import redact_url, response_error_text
 
 __all__ = ["FaultKind", "SERVER_FAULTS", "classify_exception", "classify_status"]
 
@@ -36,6 +36,10 @@ class FaultKind(str, enum.Enum):
     TIMEOUT_CONNECT = "timeout-connect"  # no TCP connection within the connect timeout
     TIMEOUT_IDLE = "timeout-idle"  # no byte within the idle timeout (first token or between tokens)
     TIMEOUT_TOTAL = "timeout-total"  # the request outlived its total timeout (or the budget's deadline)
+    # The client stopped a stream (phase over, deadline) that had stopped sending mid-response:
+    # silent for far longer than its own gaps (StreamTimeouts.stall_s). The server's fault, not ours.
+    STALLED = "stalled"
+    REDIRECTED = "redirected"  # a 3xx not followed: off the target's origin, a loop, or a POST turned GET
     STOPPED_BY_CLIENT = "stopped-by-client"  # we ended it (phase over, budget spent): not the server's fault
     CLIENT_ERROR = "client-error"  # a bug or resource limit on our side (too many open files, ...)
 
@@ -82,7 +86,7 @@ def classify_exception(exc: BaseException, url: str, *, started_streaming: bool)
         kind = FaultKind.CUT_OFF if started_streaming else FaultKind.CONNECTION_LOST
         return kind, f"{shown} closed the connection ({type(exc).__name__})"
     if isinstance(exc, aiohttp.ClientResponseError):
-        return FaultKind.MALFORMED, f"{shown} did not answer with valid HTTP ({exc.message})"
+        return FaultKind.MALFORMED, f"{shown} did not answer with valid HTTP ({response_error_text(exc)})"
     if isinstance(exc, OSError):
         # EMFILE and friends: our process ran out of something; the server is not to blame.
         return FaultKind.CLIENT_ERROR, f"client-side OS error: {exc.strerror or type(exc).__name__}"

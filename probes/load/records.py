@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from probes.load.faults import SERVER_FAULTS, FaultKind
+from probes.runfiles import open_append
 
 __all__ = [
     "Endpoint", "ENDPOINT_PATHS", "OPTIONAL_EXTENSIONS", "RequestSpec", "RequestRecord", "JsonlWriter", "read_records",
@@ -203,7 +204,7 @@ class JsonlWriter:
         if self.path is not None:
             self.path = Path(self.path)
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a", encoding="utf-8")
+            self._fh = open_append(self.path)  # never through a link (probes.runfiles)
 
     def write(self, obj: Mapping) -> None:
         if self._fh is not None:
@@ -232,9 +233,9 @@ def read_records(path: str | Path) -> Iterator[RequestRecord]:
     p = Path(path)
     if p.is_dir():
         p = p / REQUESTS_FILE
-    with open(p, encoding="utf-8") as fh:
+    with open(p, encoding="utf-8", errors="replace") as fh:  # a stray byte spoils its line, not the file
         for line in fh:
             try:
                 yield RequestRecord.from_dict(json.loads(line))
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut by a kill mid-write
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+                continue  # a line cut by a kill mid-write, or not a record

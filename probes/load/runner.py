@@ -1,11 +1,12 @@
 """The driver: sends requests through the budget, at their times, and keeps every record.
 
 `Driver` is what experiments talk to. It owns the bookkeeping that must be the same for
-all of them: every send passes the BudgetGuard; every record (completed, faulted or
+all of them: every request that leaves passes the BudgetGuard (a resend or a followed
+redirect too: the client asks `admit_again`); every record (completed, faulted or
 cancelled) is appended to requests.jsonl the moment it exists; a server that stops answering
-(several refused or dropped connections in a row) stops the whole run instead of burning the
-budget on a dead port; and `stop_all` cancels what is still in flight, which the client
-records as stopped-by-client rather than dropping.
+(several refused or dropped connections in a row), or that redirects them instead of
+answering, stops the whole run instead of burning the budget on it; and `stop_all` cancels
+what is still in flight, which the client records as stopped-by-client rather than dropping.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ class Driver:
         self._on_sent: dict[str, Callable[[float], None]] = {}
         client.on_record = self._on_record
         client.on_send = self._on_send
+        client.admit_again = self._admit_again
+
+    async def _admit_again(self) -> str | None:
+        """The budget's word on a request leaving once more: None, or why it may not."""
+        if await self.guard.admit():
+            return None
+        return self.guard.exhausted() or "it would start after the budget's deadline"
 
     def _on_send(self, spec: RequestSpec, t_send: float) -> None:
         hook = self._on_sent.get(spec.request_id)
@@ -52,10 +60,12 @@ class Driver:
         self.records.append(record)
         if self.requests_out is not None:
             self.requests_out.write(record.to_dict())
-        if record.fault in _GONE_FAULTS:
+        if record.fault in _GONE_FAULTS or record.fault is FaultKind.REDIRECTED:
             self._streak += 1
             if self._streak >= SERVER_GONE_AFTER and self.server_gone is None:
-                self.server_gone = (f"the server stopped answering: {self._streak} requests in a row failed "
+                what = ("the server redirects requests instead of answering them"
+                        if record.fault is FaultKind.REDIRECTED else "the server stopped answering")
+                self.server_gone = (f"{what}: {self._streak} requests in a row failed "
                                     f"({record.fault.value}: {record.fault_detail})")
                 self.guard.stop(self.server_gone)
         elif record.http_status is not None:

@@ -64,15 +64,22 @@ def _monotonic(buckets: Buckets) -> list[tuple[float, float]]:
     return out
 
 
+def _finite_counts(buckets: Buckets) -> bool:
+    # Pages leave out non-finite counts (exposition.BAD_*); buckets built by hand or merged
+    # from elsewhere may still carry one, and a quantile over it would be inf or NaN.
+    return all(math.isfinite(c) for _, c in buckets)
+
+
 def histogram_quantile(q: float, buckets: Buckets) -> QuantileEstimate | None:
     """The q-quantile (0 <= q <= 1) of a cumulative histogram, as Prometheus computes it.
 
-    Returns None when the histogram holds no observations or has no +Inf bucket.
+    Returns None when the histogram holds no observations, has no +Inf bucket, or a count
+    that is not finite.
     """
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"quantile must be in [0, 1], got {q}")
     b = _monotonic(buckets)
-    if len(b) < 1 or not math.isinf(b[-1][0]):
+    if len(b) < 1 or not math.isinf(b[-1][0]) or not _finite_counts(b):
         return None
     total = b[-1][1]
     if total <= 0:
@@ -102,7 +109,7 @@ def bucket_mean_stdev(buckets: Buckets, total_sum: float | None = None) -> tuple
     the highest finite edge, which understates a long tail).
     """
     b = _monotonic(buckets)
-    if not b or b[-1][1] <= 0:
+    if not b or b[-1][1] <= 0 or not _finite_counts(b):
         return None
     total = b[-1][1]
     mids, weights = [], []

@@ -15,13 +15,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from probes.metrics.engines import CONCEPTS, ENGINE_METRICS, Candidate, HitPair, Product, Sel, detect_engine
 from probes.metrics.histogram import bucket_mean_stdev, histogram_quantile, summary_from_buckets
 from probes.metrics.window import CounterIncrease, HistogramIncrease, Window, label_values
 from probes.quantities import (
+    BAD_SAMPLES,
     BLOCK_SIZE,
     CONCURRENCY_MEAN,
     CONTINUOUS_BATCHING,
@@ -36,6 +37,7 @@ from probes.quantities import (
     KV_CACHE_BYTES,
     KV_CACHE_DTYPE,
     KV_CAPACITY_TOKENS,
+    KV_MAX_CONCURRENCY,
     KV_OFFLOAD,
     KV_USAGE_MEAN,
     KV_USAGE_P95,
@@ -81,7 +83,7 @@ CAP_ESTIMATE_MIN_SCRAPES = 3  # a plateau, not a transient: the same batch size 
 NO_TRAFFIC_HINT = "run longer under traffic, or with --active to send a workload"
 
 PASSIVE_KEYS = (
-    ENGINE_NAME, LIVE_WINDOW_S, LIVE_WINDOW_COMPLETE,
+    ENGINE_NAME, LIVE_WINDOW_S, LIVE_WINDOW_COMPLETE, BAD_SAMPLES,
     CONTINUOUS_BATCHING, PAGED_KV, PREFIX_CACHING, BLOCK_SIZE, KV_CACHE_DTYPE, GPU_MEMORY_UTILIZATION, KV_OFFLOAD,
     SPEC_DECODE, KV_CAPACITY_TOKENS, KV_CACHE_BYTES, WEIGHTS_BYTES,
     KV_USAGE_P95, KV_USAGE_MEAN, PREEMPTIONS, PREEMPTION_RATE, WAITING_MEAN, RUNNING_MEAN, RUNNING_MAX,
@@ -135,6 +137,7 @@ class _Ctx:
     engine: str | None
     version: tuple[int, ...] | None
     names: Mapping[str, tuple[Candidate, ...]]
+    negative_readings: dict[str, int] = field(default_factory=dict)  # gauge selector -> readings below 0
 
     @property
     def duration(self) -> float:
@@ -167,9 +170,16 @@ class _Ctx:
 
 
 def _reset_warning(*incs: CounterIncrease | HistogramIncrease | None) -> str:
+    """Counter resets and bad readings behind an increase (every counter/histogram figure calls this)."""
     n = sum(i.resets for i in incs if i is not None)
-    return (f"{n} counter reset(s) in the window (server restarted?): increases counted from zero after each reset, "
-            "as Prometheus rate() does") if n else ""
+    text = (f"{n} counter reset(s) in the window (server restarted?): increases counted from zero after each "
+            "reset, as Prometheus rate() does") if n else ""
+    return "; ".join(t for t in (text, _excluded_warning(sum(i.excluded for i in incs if i is not None))) if t)
+
+
+def _excluded_warning(n: int) -> str:
+    return (f"{n} bad reading(s) left out (see {BAD_SAMPLES}); increases span them from the last good reading"
+            if n else "")
 
 
 def passive_evidence(window: Window, discovered: Discovered | None = None) -> dict[str, Result]:
@@ -200,7 +210,22 @@ def passive_evidence(window: Window, discovered: Discovered | None = None) -> di
     for key, result in produced.items():
         if key not in out or isinstance(out[key], NotMeasured) or not isinstance(result, NotMeasured):
             out[key] = result
+    out[BAD_SAMPLES] = _bad_samples(ctx)  # after the producers: they find the negative gauge readings
     return out
+
+
+def _bad_samples(ctx: _Ctx) -> Result:
+    """How many samples the window left out, and which: never silently dropped."""
+    w = ctx.window
+    n_page = len(w.bad_samples())
+    n_negative = sum(ctx.negative_readings.values())
+    parts = [w.describe_bad_samples()] if n_page else []
+    parts += [f"{n} reading(s) of {what} below 0 left out" for what, n in ctx.negative_readings.items()]
+    total = n_page + n_negative
+    warnings = (f"{total} bad sample(s) left out of every figure: the exporter wrote impossible values; the figures "
+                "use the remaining readings",) if total else ()
+    return Measurement(float(total), "count", ctx.prov("scrape-loop", ""), warnings=warnings,
+                       note="; ".join(parts) if parts else "every sample of every good page was usable")
 
 
 # --- producers -------------------------------------------------------------------------------
@@ -325,6 +350,12 @@ def _vllm_cache_config(ctx: _Ctx, infos: list[dict[str, str]], out: dict[str, Re
     if how:
         per = f" over {len(infos)} DP engines" if len(infos) > 1 else ""
         out[KV_CAPACITY_TOKENS] = Measurement(float(tokens), "tokens", prov, note=f"{how}{per}")
+    # vLLM's own "maximum concurrency" figure (requests of max_model_len tokens, >=0.24), summed over engines.
+    conc = [float(c) for info in infos if (c := _label(info, "kv_cache_max_concurrency")) and _is_number(c)]
+    if conc:
+        out[KV_MAX_CONCURRENCY] = Measurement(math.fsum(conc), "requests", prov,
+                                              note="kv_cache_max_concurrency: requests of max_model_len tokens the "
+                                                   "KV cache holds at once")
     mem = [float(m) for info in infos if (m := _label(info, "kv_cache_memory_bytes")) and _is_number(m)]
     if mem:
         out[KV_CACHE_BYTES] = Measurement(math.fsum(mem), "bytes", prov,
@@ -375,13 +406,17 @@ def _gauge_measurements(ctx: _Ctx, concept: str, unit: str, stats: dict[str, Cal
     series = ctx.window.gauge(cand, CONCEPTS[concept].aggregate)
     values = list(series.values)
     prov = ctx.prov("prometheus-gauge-samples", cand.describe())
+    if series.negative:
+        ctx.negative_readings[series.selector] = series.negative
     if not values:
         hole = NotMeasured(f"{cand.describe()} had no finite reading in the window", NO_TRAFFIC_HINT, prov)
         return {key: hole for key in stats}
     agg = CONCEPTS[concept].aggregate
     how = f"{len(values)} scrapes" + (" (max over DP ranks per scrape)" if agg == "max" else
                                       " (summed over DP ranks per scrape)")
-    return {key: Measurement(fn(values), unit, prov, samples=tuple(values), warnings=ctx.warnings(),
+    excluded = (f"{series.excluded} scrape(s) left out: a bad or negative reading (see {BAD_SAMPLES})"
+                if series.excluded else "")
+    return {key: Measurement(fn(values), unit, prov, samples=tuple(values), warnings=ctx.warnings(excluded),
                              note=f"{how}{'; ' + note if note else ''}") for key, fn in stats.items()}
 
 
@@ -516,7 +551,7 @@ def _prefix(ctx: _Ctx) -> dict[str, Result]:
     gauge_c = ctx.resolve("prefix_hit_rate_gauge")
     if gauge_c is not None:
         # V0 reports -1 when nothing was queried; SGLang's gauge covers the last prefill batch only.
-        values = [v for v in ctx.window.gauge(gauge_c, "max").values if v >= 0]
+        values = [v for v in ctx.window.gauge(gauge_c, "max", floor=None).values if v >= 0]
         prov = ctx.prov("prometheus-gauge-samples", gauge_c.describe())
         if values:
             out[PREFIX_HIT_RATE] = Measurement(statistics.fmean(values), "fraction", prov, samples=tuple(values),

@@ -5,6 +5,10 @@ Each attempt becomes one JSON line in `RUN_DIR/metrics.jsonl`,
 parse keeps both), written and flushed before the next scrape, so a run that is interrupted
 or whose server dies loses nothing. `Window.from_jsonl` reads the folder back.
 
+Pages are bounded: a body over exposition.MAX_PAGE_BYTES is not read further, a page over
+MAX_SERIES not parsed further (MetricsTooLarge, a failed scrape like a malformed page), and
+parsing runs in a worker thread, so neither blocks the event loop or stretches --duration.
+
 Failure policy: the first scrape must succeed and carry engine metrics, otherwise the
 matching error is raised (nothing can be diagnosed). Later failures are recorded; after
 `max_consecutive_failures` in a row the loop stops early and the window says why.
@@ -28,13 +32,15 @@ from probes.http import (
     NotAnLLMServer,
     ProbeHTTPError,
     HTTPStatusError,
+    ResponseTooLarge,
     get_text,
     make_session,
     redact_url,
 )
 from probes.metrics.engines import detect_engine, metrics_hint_for
-from probes.metrics.exposition import parse_exposition
+from probes.metrics.exposition import MAX_PAGE_BYTES, page_too_large, parse_exposition
 from probes.metrics.window import METRICS_FILE, ScrapeRecord, Window
+from probes.runfiles import open_append
 
 __all__ = ["Scraper", "scrape_window", "scrape_once", "DEFAULT_INTERVAL_S", "DEFAULT_MAX_CONSECUTIVE_FAILURES"]
 
@@ -53,7 +59,11 @@ async def scrape_once(session: aiohttp.ClientSession, metrics_url: str, *, clock
     """
     t_wall, t0 = wall(), clock()
     try:
-        answer = await get_text(session, metrics_url)
+        answer = await get_text(session, metrics_url, max_bytes=MAX_PAGE_BYTES)
+    except ResponseTooLarge as exc:
+        err: ProbeHTTPError = page_too_large(redact_url(metrics_url), exc.limit)
+        err.url = exc.url
+        return ScrapeRecord(t_wall, t0, None, str(err), clock() - t0), None, err
     except HTTPStatusError as exc:
         if exc.status == 404:
             exc = MetricsUnavailable(f"{redact_url(metrics_url)} answered HTTP 404: the server exposes no "
@@ -65,12 +75,14 @@ async def scrape_once(session: aiohttp.ClientSession, metrics_url: str, *, clock
     t_mid = t0 + answer.elapsed_s / 2
     if answer.content_type.startswith("text/html") or answer.text.lstrip()[:1] in ("<", "{", "["):
         kind = "an HTML page" if answer.text.lstrip()[:1] == "<" or "html" in answer.content_type else "JSON"
-        err: ProbeHTTPError = NotAnLLMServer(
+        err = NotAnLLMServer(
             f"{answer.url} serves {kind}, not Prometheus metrics: is this the engine's metrics URL? "
             "(trtllm-serve: /prometheus/metrics; Triton: port 8002)", metrics_url)
         return ScrapeRecord(t_wall, t_mid, None, str(err), answer.elapsed_s), answer.text, err
     try:
-        scrape = parse_exposition(answer.text, answer.url)
+        # Off the event loop: a large page must not stall the load driver's token timestamps
+        # or the scrape cadence (its size and series count are bounded: exposition.MAX_*).
+        scrape = await asyncio.to_thread(parse_exposition, answer.text, answer.url)
     except MalformedMetrics as exc:
         exc.url = answer.url
         return ScrapeRecord(t_wall, t_mid, None, str(exc), answer.elapsed_s), answer.text, exc
@@ -140,7 +152,7 @@ class Scraper:
         fh = None
         if self.run_dir is not None:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            fh = open(self.metrics_path, "a", encoding="utf-8")  # type: ignore[arg-type]
+            fh = open_append(self.metrics_path)  # type: ignore[arg-type]  # never through a link
         try:
             await self._loop(session, duration_s, fh, stop)
         finally:

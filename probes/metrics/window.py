@@ -11,24 +11,35 @@ reset. Two refinements Prometheus cannot make but we can, because we hold every 
   request; a restarted server brings new series).
 Histograms are counters bucket by bucket; a windowed quantile comes from the bucket
 increases, never from lifetime totals.
+
+Bad samples (an infinite counter, a negative count, a duplicate: see exposition.BAD_*) never
+reach this arithmetic: the page leaves them out and lists them. A series excluded on one page
+keeps its last good reading as the baseline, so the next good reading counts the increase
+since then (not its whole lifetime value, as a series that had vanished would). Gauges that
+measure something that cannot be negative (usage, queue lengths, capacities) also drop
+negative readings. Each result says how many readings it left out.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from probes.http import MalformedMetrics
 from probes.metrics.engines import Candidate, Product, Ratio, Sel, selector_parts
-from probes.metrics.exposition import HistogramSeries, Labels, Scrape, labels_match, parse_exposition
+from probes.metrics.exposition import BadSample, HistogramSeries, Labels, Scrape, labels_match, parse_exposition
 from probes.metrics.histogram import merge_buckets
 
 __all__ = ["ScrapeRecord", "Interval", "CounterIncrease", "HistogramIncrease", "GaugeSeries", "Window",
-           "METRICS_FILE"]
+           "METRICS_FILE", "BAD_NEGATIVE_READING"]
+
+# Why a gauge reading was left out (the parse-level reasons are exposition.BAD_*).
+BAD_NEGATIVE_READING = "negative reading of a quantity that cannot be negative"
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -65,6 +76,7 @@ class CounterIncrease:
     total: float
     resets: int
     intervals: tuple[Interval, ...]
+    excluded: int = 0  # bad readings left out (see the module docstring)
 
     @property
     def duration_s(self) -> float:
@@ -86,6 +98,7 @@ class HistogramIncrease:
     sum: float
     resets: int
     intervals: tuple[tuple[float, float, float, float], ...]  # (t_start, t_end, count increase, sum increase)
+    excluded: int = 0  # bad label sets left out, summed over pages
 
     @property
     def mean(self) -> float | None:
@@ -96,6 +109,8 @@ class HistogramIncrease:
 class GaugeSeries:
     selector: str
     points: tuple[tuple[float, float], ...]  # (t_mono, value), NaN readings dropped
+    excluded: int = 0  # readings left out: a bad series on the page, or below the floor
+    negative: int = 0  # of which below the floor (the page itself did not flag them)
 
     @property
     def values(self) -> tuple[float, ...]:
@@ -111,6 +126,53 @@ def _counter_step(prev: float | None, cur: float, prev_created: float | None,
     if cur < prev or restarted:
         return cur, True
     return cur - prev, False
+
+
+def _series_steps(records: Sequence[ScrapeRecord],
+                  read: Callable[[Scrape], tuple[Mapping[Labels, object], list[Labels]]],
+                  created: Callable[[Scrape, Labels], float | None],
+                  step: Callable) -> tuple[list[tuple[float, float, list[tuple[Labels, object, bool]]]], int]:
+    """Per interval between consecutive good pages: (t_start, t_end, [(labels, increase, reset)]);
+    and how many bad readings were left out.
+
+    `read` gives a page's good readings by label set and the label sets it excluded. A label
+    set excluded on a page keeps its last good reading (and `_created`) as the baseline; one
+    excluded on the first page has no baseline, so its first good reading only starts one.
+    """
+    if not records:
+        return [], 0
+    first = records[0].scrape
+    assert first is not None
+    good, bad = read(first)
+    state: dict[Labels, tuple[object, float | None] | None] = {labels: (v, created(first, labels))
+                                                                 for labels, v in good.items()}
+    for labels in bad:
+        state.setdefault(labels, None)
+    excluded = len(bad)
+    out = []
+    for a, b in zip(records, records[1:]):
+        assert b.scrape is not None
+        good, bad = read(b.scrape)
+        excluded += len(bad)
+        new: dict[Labels, tuple[object, float | None] | None] = {}
+        incs = []
+        for labels, value in good.items():
+            cur_created = created(b.scrape, labels)
+            new[labels] = (value, cur_created)
+            if labels not in state:  # created between the two pages: it started from 0
+                inc, was_reset = step(None, value, None, cur_created)
+            else:
+                prev = state[labels]
+                if prev is None:  # only bad readings so far: this one is the baseline
+                    continue
+                inc, was_reset = step(prev[0], value, prev[1], cur_created)
+            incs.append((labels, inc, was_reset))
+        for labels in bad:
+            if labels not in new and labels in state:
+                new[labels] = state[labels]  # carried over the bad reading
+        state = new
+        out.append((a.t_mono, b.t_mono, incs))
+    return out, excluded
 
 
 @dataclass(frozen=True)
@@ -161,9 +223,30 @@ class Window:
         """One line: how many scrapes, over how long, and whether the window is complete."""
         n_ok, n = len(self.ok_records), len(self.records)
         text = f"{n_ok} of {n} scrapes of {self.source} succeeded over {self.duration_s:.1f} s"
+        n_bad = len(self.bad_samples())
+        if n_bad:
+            text += f"; {n_bad} bad sample{'s' if n_bad > 1 else ''} excluded"
         if self.stopped_early:
             text += f"; stopped early: {self.stopped_early}"
         return text
+
+    def bad_samples(self) -> tuple[tuple[float, BadSample], ...]:
+        """Every sample the pages of the window left out, with the page's time (t_mono)."""
+        return tuple((r.t_mono, b) for r in self.ok_records for b in r.scrape.bad)  # type: ignore[union-attr]
+
+    def describe_bad_samples(self, limit: int = 4) -> str:
+        """One line: the bad samples by name and reason, most frequent first ("" when none)."""
+        bad = self.bad_samples()
+        if not bad:
+            return ""
+        pages = len({t for t, _ in bad})
+        counts = Counter((b.name, b.reason) for _, b in bad)
+        parts = [f"{name}: {n} x {reason}" for (name, reason), n in counts.most_common(limit)]
+        if len(counts) > limit:
+            parts.append(f"and {len(counts) - limit} more")
+        example = bad[0][1].describe()
+        return (f"{len(bad)} bad sample{'s' if len(bad) > 1 else ''} on {pages} of {len(self.ok_records)} pages "
+                f"excluded ({'; '.join(parts)}); first: {example[:200]}")
 
     # --- candidates -------------------------------------------------------------------
     @staticmethod
@@ -180,8 +263,27 @@ class Window:
 
     # --- gauges -----------------------------------------------------------------------
     @staticmethod
+    def gauge_reading(scrape: Scrape, candidate: Candidate, aggregate: str = "sum",
+                      floor: float | None = 0.0) -> tuple[float | None, str | None]:
+        """One page's reading of a gauge candidate, and why it was left out (None: it was not).
+
+        A reading is left out when a series it adds up was excluded from the page (a sum
+        without it would be wrong) or lies below `floor` (0 by default: usage, queue lengths
+        and capacities cannot be negative; None for gauges with a negative sentinel, such as
+        vLLM V0's -1 hit rate). A HitPair is not a gauge: (None, None).
+        """
+        sels = (candidate,) if isinstance(candidate, Sel) else selector_parts(candidate) \
+            if isinstance(candidate, (Ratio, Product)) else ()
+        for sel in sels:
+            if scrape.excluded_labels(sel.name, sel.where):
+                return None, "excluded"
+            if floor is not None and any(s.value < floor for s in scrape.series(sel.name, sel.where)):
+                return None, BAD_NEGATIVE_READING
+        return Window.gauge_value(scrape, candidate, aggregate), None
+
+    @staticmethod
     def gauge_value(scrape: Scrape, candidate: Candidate, aggregate: str = "sum") -> float | None:
-        """One page's reading of a gauge candidate (a HitPair is not a gauge: None)."""
+        """One page's reading of a gauge candidate, as the page says it (see gauge_reading)."""
         if isinstance(candidate, Sel):
             return scrape.value(candidate.name, candidate.where, aggregate)
         if isinstance(candidate, Ratio):
@@ -194,68 +296,75 @@ class Window:
             return None if a is None or b is None else a * b
         return None
 
-    def gauge(self, candidate: Candidate, aggregate: str = "sum") -> GaugeSeries:
-        points = []
+    def gauge(self, candidate: Candidate, aggregate: str = "sum", floor: float | None = 0.0) -> GaugeSeries:
+        points, excluded, negative = [], 0, 0
         for r in self.ok_records:
             assert r.scrape is not None
-            v = self.gauge_value(r.scrape, candidate, aggregate)
+            v, why = self.gauge_reading(r.scrape, candidate, aggregate, floor)
+            excluded += why is not None
+            negative += why == BAD_NEGATIVE_READING
             if v is not None and math.isfinite(v):
                 points.append((r.t_mono, v))
-        return GaugeSeries(candidate.describe(), tuple(points))
+        return GaugeSeries(candidate.describe(), tuple(points), excluded, negative)
 
-    def latest(self, candidate: Candidate, aggregate: str = "sum") -> float | None:
-        series = self.gauge(candidate, aggregate)
+    def latest(self, candidate: Candidate, aggregate: str = "sum", floor: float | None = 0.0) -> float | None:
+        series = self.gauge(candidate, aggregate, floor)
         return series.points[-1][1] if series.points else None
 
-    # --- counters ---------------------------------------------------------------------
+    # --- counters -----------------------------------------------------------------------
     def counter(self, sel: Sel) -> CounterIncrease:
         """Increase of `sel` over the window, summed over its series, resets handled."""
-        ok = self.ok_records
         base = sel.name[: -len("_total")] if sel.name.endswith("_total") else sel.name
-        total, resets, intervals = 0.0, 0, []
-        for a, b in zip(ok, ok[1:]):
-            assert a.scrape is not None and b.scrape is not None
-            prev = {s.labels: s.value for s in a.scrape.series(sel.name, sel.where) if not math.isnan(s.value)}
-            step = 0.0
-            for s in b.scrape.series(sel.name, sel.where):
+
+        def read(scrape: Scrape) -> tuple[dict[Labels, float], list[Labels]]:
+            good, bad = {}, list(scrape.excluded_labels(sel.name, sel.where))
+            for s in scrape.series(sel.name, sel.where):
                 if math.isnan(s.value):
-                    continue
-                inc, was_reset = _counter_step(prev.get(s.labels), s.value, a.scrape.created_at(base, s.labels),
-                                               b.scrape.created_at(base, s.labels))
-                step += inc
-                resets += was_reset
+                    bad.append(s.labels)  # a NaN count: no reading (typed counters never get here)
+                else:
+                    good[s.labels] = s.value
+            return good, bad
+
+        steps, excluded = _series_steps(self.ok_records, read, lambda sc, labels: sc.created_at(base, labels),
+                                        _counter_step)
+        total, resets, intervals = 0.0, 0, []
+        for t_start, t_end, incs in steps:
+            step = math.fsum(inc for _, inc, _ in incs)
+            resets += sum(was_reset for _, _, was_reset in incs)
             total += step
-            intervals.append(Interval(a.t_mono, b.t_mono, step))
-        return CounterIncrease(sel.describe(), total, resets, tuple(intervals))
+            intervals.append(Interval(t_start, t_end, step))
+        return CounterIncrease(sel.describe(), total, resets, tuple(intervals), excluded)
 
     # --- histograms -------------------------------------------------------------------
     def histogram(self, sel: Sel) -> HistogramIncrease:
         """Bucket increases of a histogram over the window, summed over label sets."""
-        ok = self.ok_records
+
+        def read(scrape: Scrape) -> tuple[dict[Labels, HistogramSeries], list[Labels]]:
+            return ({h.labels: h for h in scrape.histogram(sel.name, sel.where)},
+                    list(scrape.excluded_labels(sel.name, sel.where)))
+
+        steps, excluded = _series_steps(self.ok_records, read, lambda sc, labels: sc.created_at(sel.name, labels),
+                                        _histogram_step)
         per_series: dict[Labels, list[tuple[tuple[float, float], ...]]] = {}
         count = total_sum = 0.0
         resets = 0
         intervals = []
-        for a, b in zip(ok, ok[1:]):
-            assert a.scrape is not None and b.scrape is not None
-            prev = {h.labels: h for h in a.scrape.histogram(sel.name, sel.where)}
+        for t_start, t_end, incs in steps:
             step_count = step_sum = 0.0
-            for h in b.scrape.histogram(sel.name, sel.where):
-                inc, was_reset = _histogram_step(prev.get(h.labels), h, a.scrape.created_at(sel.name, h.labels),
-                                                 b.scrape.created_at(sel.name, h.labels))
+            for labels, inc, was_reset in incs:
                 resets += was_reset
-                per_series.setdefault(h.labels, []).append(inc.buckets)
+                per_series.setdefault(labels, []).append(inc.buckets)
                 step_count += _finite(inc.count)
                 step_sum += _finite(inc.sum)
             count += step_count
             total_sum += step_sum
-            intervals.append((a.t_mono, b.t_mono, step_count, step_sum))
+            intervals.append((t_start, t_end, step_count, step_sum))
         summed = []
         for parts in per_series.values():
             # Each series' increases over consecutive intervals add up bucket by bucket.
             summed.append(merge_buckets(parts))
         return HistogramIncrease(sel.describe(), merge_buckets(summed) if summed else (), count, total_sum,
-                                 resets, tuple(intervals))
+                                 resets, tuple(intervals), excluded)
 
     # --- persistence ------------------------------------------------------------------
     @classmethod
@@ -271,7 +380,7 @@ class Window:
         records: list[ScrapeRecord] = []
         notes: list[str] = []
         seen_source = source
-        with open(p, encoding="utf-8") as fh:
+        with open(p, encoding="utf-8", errors="replace") as fh:  # a stray byte spoils its line only
             for number, line in enumerate(fh, 1):
                 if not line.strip():
                     continue

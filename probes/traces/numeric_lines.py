@@ -56,7 +56,7 @@ class LineLayout:
         line = raw.rstrip(b"\n")
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if not isinstance(obj, dict) or not obj:
             return None

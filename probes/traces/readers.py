@@ -15,21 +15,26 @@ Formats (see shared/notes/trace-formats.md):
 
 Every reader streams (a 10 GB file is read line by line), numbers lines from 1, and hands a
 bad line to the LineLog: skipped and counted, or an error with its line number in strict mode.
-Files ending in ``.gz`` are decompressed on the fly. The analysis reads Mooncake traces through
+Files ending in ``.gz`` are decompressed on the fly.
+
+Limits: a line longer than MAX_LINE_BYTES is skipped and counted without being held in memory
+whole; a UTF-8 byte-order mark before the first line is ignored; a ``.gz`` that ends early or is
+corrupt is read up to the damage, and the rest counts as one skipped line. The analysis reads Mooncake traces through
 `read_hash_id_batches`: column batches, the lines parsed by numpy a chunk at a time
 (numeric_lines.py) and any line out of the file's layout by json, as `read_trace` does.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
-import gzip
 import io
 import itertools
 import json
 import math
 import re
 import warnings
+import zlib
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, NamedTuple
 
@@ -40,8 +45,8 @@ from probes.traces.errors import EmptyTraceError, TraceFormatError
 from probes.traces.numeric_lines import LineLayout, ParsedLines, parse_lines
 from probes.traces.records import BadRecord, LineLog, TraceRequest
 
-__all__ = ["FORMATS", "HASH_ID_BLOCK_TOKENS", "HashIdBatch", "detect_format", "read_trace", "read_hash_id_batches",
-           "hash_id_records_batch"]
+__all__ = ["FORMATS", "HASH_ID_BLOCK_TOKENS", "MAX_LINE_BYTES", "HashIdBatch", "detect_format", "read_trace",
+           "read_hash_id_batches", "hash_id_records_batch"]
 
 HASH_ID_BLOCK_TOKENS = 512  # Mooncake's hash_ids each stand for 512 prompt tokens
 
@@ -54,16 +59,115 @@ END_KEYS = ("end_time", "completed_at", "finished_at", "response_time")
 LATENCY_KEYS = (("latency_s", 1.0), ("latency", 1.0), ("duration_s", 1.0), ("duration", 1.0), ("latency_ms", 1e-3))
 _DETECT_LINES = 20
 
+# The longest line read (bytes, newline included). A request line of a real trace is a few KB
+# (a 128k-token prompt as ids: under 1 MB); a longer one is skipped and counted, read past in
+# 1 MB pieces, so one bad line cannot take gigabytes of memory.
+MAX_LINE_BYTES = 16 << 20
+_TOO_LONG = f"longer than {MAX_LINE_BYTES >> 20} MiB (MAX_LINE_BYTES): skipped unread"
+
+class _GzipStream(io.RawIOBase):
+    """The decompressed bytes of a .gz, read up to any damage instead of failing on it.
+
+    (gzip.GzipFile raises EOFError on a truncated file and loses the data of the read that hit
+    it; this keeps everything before the damage, which `damage` then describes.) Members are
+    read one after another, as gzip does; output comes in pieces of at most 1 MiB, so a
+    decompression bomb costs time, not memory.
+    """
+
+    _IN, _OUT = 1 << 16, 1 << 20
+
+    def __init__(self, compressed) -> None:
+        self._f = compressed
+        self._d = zlib.decompressobj(wbits=31)  # gzip header and trailer
+        self._pending = b""  # compressed input not yet given to the decompressor
+        self._out = memoryview(b"")
+        self._started = False
+        self.damage: str | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._out:
+            if self.damage or not self._fill():
+                return 0
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+    def _fill(self) -> bool:
+        """Decompress a piece into self._out; False at the end (or at damage)."""
+        if not self._pending:
+            self._pending = self._f.read(self._IN)
+            if not self._pending:
+                if self._started and not self._d.eof:
+                    self.damage = "the compressed file ends early (truncated .gz)"
+                return False
+        if self._d.eof:  # the next member of a multi-member file (or padding)
+            if not self._pending.strip(b"\0"):
+                self._pending = b""
+                return True
+            self._d = zlib.decompressobj(wbits=31)
+        self._started = True
+        try:
+            out = self._d.decompress(self._pending, self._OUT)
+        except zlib.error as exc:
+            self.damage = f"the compressed data is corrupt ({exc})"
+            return False
+        self._pending = self._d.unconsumed_tail or self._d.unused_data
+        self._out = memoryview(out)
+        return True
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
 
 def _open_binary(path: str):
+    """The trace's bytes, a leading UTF-8 byte-order mark skipped; a .gz decompressed (damage: see _GzipStream)."""
     try:
-        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+        f = open(path, "rb")
+        if path.endswith(".gz"):
+            f = io.BufferedReader(_GzipStream(f), buffer_size=1 << 16)
     except FileNotFoundError:
         raise TraceFormatError("no such file", path=path) from None
     except IsADirectoryError:
         raise TraceFormatError("is a directory, not a trace file", path=path) from None
     except OSError as exc:
         raise TraceFormatError(f"cannot open: {exc.strerror or exc}", path=path) from None
+    try:
+        if f.peek(len(codecs.BOM_UTF8))[:len(codecs.BOM_UTF8)] == codecs.BOM_UTF8:
+            f.read(len(codecs.BOM_UTF8))
+    except OSError as exc:
+        f.close()
+        raise TraceFormatError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    return f
+
+
+def _damage_skipped(f, log: LineLog, line: int) -> None:
+    """Count the unreadable rest of a damaged .gz as one skipped line (strict mode: an error)."""
+    damage = getattr(getattr(f, "raw", None), "damage", None)
+    if damage:
+        log.lines += 1
+        log.skip(line, f"{damage}: the rest of the file is unreadable")
+
+
+def _lines(f) -> Iterator[tuple[int, bytes | None]]:
+    """(line number from 1, the line) for every line; None for a line over MAX_LINE_BYTES, which
+    is read past a piece at a time (never held whole)."""
+    readline, limit, n = f.readline, MAX_LINE_BYTES + 1, 0
+    while True:
+        raw = readline(limit)
+        if not raw:
+            return
+        n += 1
+        if len(raw) == limit and raw[-1] != 10:  # (10: the newline)
+            while raw and raw[-1] != 10:
+                raw = readline(1 << 20)
+            yield n, None
+        else:
+            yield n, raw
 
 
 # The NamedTuple constructor is a Python function (defaults, keywords): a few times the cost of
@@ -73,26 +177,32 @@ _new_request = tuple.__new__
 
 
 # --- small field parsers (raise BadRecord with the reason) -----------------------------------
+_MAX_COUNT = 1 << 62  # a count a column of int64 can hold (any real one is far below)
+
+
 def _int(value: Any, name: str) -> int:
-    if type(value) is int and value >= 0:
+    if type(value) is int and 0 <= value < _MAX_COUNT:
         return value
     if isinstance(value, bool):
         raise BadRecord(f"field {name!r} is a boolean, not a count")
     try:
         f = float(value)
-    except (TypeError, ValueError):
-        raise BadRecord(f"field {name!r} is not a number: {str(value)[:20]!r}") from None
-    if not math.isfinite(f) or f < 0 or f != int(f):
+    except (TypeError, ValueError, OverflowError):
+        raise BadRecord(f"field {name!r} is not a count: {str(value)[:20]!r}") from None
+    if not math.isfinite(f) or f < 0 or f != int(f) or f >= _MAX_COUNT:
         raise BadRecord(f"field {name!r} must be a non-negative integer, got {str(value)[:20]!r}")
     return int(f)
 
 
 def _epoch_s(value: Any, name: str, *, unit_s: float | None = None) -> float:
     """A timestamp as seconds: numbers in s (ms/µs guessed by size unless unit_s), or ISO text."""
-    if type(value) is int and unit_s is not None:
+    if type(value) is int and unit_s is not None and abs(value) < 1 << 62:
         return value * unit_s
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        f = float(value)
+        try:
+            f = float(value)
+        except OverflowError:
+            raise BadRecord(f"field {name!r} is not a timestamp: a number beyond any time") from None
         if not math.isfinite(f):
             raise BadRecord(f"field {name!r} is not finite")
         if unit_s is not None:
@@ -237,7 +347,11 @@ def _times(obj: dict, *more: dict) -> tuple[float | None, float | None]:
         for src in (obj, *more):
             for key, scale in LATENCY_KEYS:
                 if isinstance(src.get(key), (int, float)) and not isinstance(src.get(key), bool):
-                    return start, start + float(src[key]) * scale
+                    try:
+                        latency = float(src[key]) * scale
+                    except OverflowError:
+                        raise BadRecord(f"field {key!r} is not a duration: a number beyond any time") from None
+                    return start, start + latency
     return start, end
 
 
@@ -332,7 +446,7 @@ def _objects(lines: list[tuple[int, bytes]], loads: Callable[[bytes], Any], log:
             values = loads(b"[" + b",".join(raw for _, raw in lines) + b"]")
             if len(values) == len(lines):
                 return zip((n for n, _ in lines), values)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     out = []
     for number, raw in lines:
@@ -340,6 +454,8 @@ def _objects(lines: list[tuple[int, bytes]], loads: Callable[[bytes], Any], log:
             out.append((number, loads(raw)))
         except UnicodeDecodeError:
             out.append((number, BadRecord("not UTF-8 text")))
+        except RecursionError:
+            out.append((number, BadRecord("JSON nested too deeply to read")))
         except ValueError as exc:
             out.append((number, BadRecord(f"not JSON ({getattr(exc, 'msg', exc)})")))
     return out
@@ -347,8 +463,15 @@ def _objects(lines: list[tuple[int, bytes]], loads: Callable[[bytes], Any], log:
 
 def _json_records(lines: list[tuple[int, bytes]], log: LineLog, parse: Callable[[dict, int], TraceRequest],
                   loads: Callable[[bytes], Any] = _loads, chunked: bool = True) -> Iterator[TraceRequest]:
-    """The records of (line number, non-blank line) pairs; bad lines skipped and counted (strict: raised)."""
+    """The records of (line number, non-blank line) pairs; bad lines skipped and counted (strict: raised).
+
+    A line given as None was over MAX_LINE_BYTES and is skipped unread."""
     log.lines += len(lines)
+    if any(raw is None for _, raw in lines):
+        for number, raw in lines:
+            if raw is None:
+                log.skip(number, _TOO_LONG)
+        lines = [(n, raw) for n, raw in lines if raw is not None]
     for number, obj in _objects(lines, loads, log, chunked):
         if isinstance(obj, BadRecord):
             log.skip(number, str(obj))
@@ -361,6 +484,9 @@ def _json_records(lines: list[tuple[int, bytes]], log: LineLog, parse: Callable[
         except BadRecord as exc:
             log.skip(number, str(exc))
             continue
+        except RecursionError:  # a value nested hundreds deep, rendered or walked by the parser
+            log.skip(number, "JSON nested too deeply to read")
+            continue
         log.requests += 1
         yield record
 
@@ -368,19 +494,27 @@ def _json_records(lines: list[tuple[int, bytes]], log: LineLog, parse: Callable[
 def _read_jsonl(path: str, log: LineLog, parse: Callable[[dict, int], TraceRequest],
                 loads: Callable[[bytes], Any] = _loads, chunked: bool = True) -> Iterator[TraceRequest]:
     with _open_binary(path) as f:
-        numbered = ((n, raw.strip()) for n, raw in enumerate(f, 1))
+        seen = [0]  # line number of the last line read, for the damage of a .gz
+
+        def stripped() -> Iterator[tuple[int, bytes | None]]:
+            for n, raw in _lines(f):
+                seen[0] = n
+                yield n, None if raw is None else raw.strip()
+
+        numbered = stripped()
         while True:
-            lines = [(n, raw) for n, raw in itertools.islice(numbered, _CHUNK_LINES) if raw]
+            lines = [(n, raw) for n, raw in itertools.islice(numbered, _CHUNK_LINES) if raw != b""]
             if not lines:
                 # islice may have consumed only blank lines: stop at the real end of the file
                 peek = next(numbered, None)
                 if peek is None:
-                    return
-                if peek[1]:
+                    break
+                if peek[1] != b"":
                     lines = [peek]
                 else:
                     continue
             yield from _json_records(lines, log, parse, loads, chunked)
+        _damage_skipped(f, log, seen[0] + 1)
 
 
 # --- JSONL of numbers, parsed a chunk at a time ---------------------------------------------------
@@ -389,14 +523,17 @@ _LAYOUT_LINES = 100
 _MIXED_RANGES = 64  # more stretches of lines out of the layout in one chunk: the chunk goes to json
 
 
-def _layout_pieces(path: str, list_keys: tuple[str, ...], chunk_bytes: int) -> Iterator[ParsedLines | list]:
+def _layout_pieces(path: str, list_keys: tuple[str, ...], chunk_bytes: int,
+                   log: LineLog) -> Iterator[ParsedLines | list]:
     """A JSONL file in file order, as parsed chunks of lines in its layout and lists of other lines.
 
     The layout is learned from the first line among the first ones that json reads as numbers
     and one list of numbers under one of `list_keys` (numeric_lines). Lines in that layout
     (the same keys in the same order and spacing) come as ParsedLines; any other line comes in
-    a list of (line number, stripped line) for json, blank lines left out.
+    a list of (line number, stripped line) for json, blank lines left out. A line over
+    MAX_LINE_BYTES, and the damaged rest of a .gz, are skipped into `log` here.
     """
+    chunk_bytes = min(chunk_bytes, MAX_LINE_BYTES)  # so a line inside a chunk is within the cap
     with _open_binary(path) as f:
         layout: LineLayout | None = None
         before = 0  # lines before the chunk
@@ -404,30 +541,49 @@ def _layout_pieces(path: str, list_keys: tuple[str, ...], chunk_bytes: int) -> I
         while True:
             chunk = f.read(chunk_bytes)
             if not chunk:
+                _damage_skipped(f, log, before + 1)
                 return
+            too_long = False  # the chunk's last line is over MAX_LINE_BYTES: cut off, read past
             if not chunk.endswith(b"\n"):
-                chunk += f.readline()
-                if not chunk.endswith(b"\n"):
+                start = chunk.rfind(b"\n") + 1  # where the chunk's last line starts
+                rest = f.readline(max(1, MAX_LINE_BYTES + 1 - (len(chunk) - start)))
+                chunk += rest
+                if not chunk.endswith(b"\n") and len(chunk) - start > MAX_LINE_BYTES:
+                    while rest and not rest.endswith(b"\n"):  # read past it, a piece at a time
+                        rest = f.readline(1 << 20)
+                    chunk, too_long = chunk[:start], True
+                elif not chunk.endswith(b"\n"):
                     chunk += b"\n"  # the last line, without its newline
-            if first:
-                layout, first = _learn_layout(chunk, list_keys), False
-            parsed, bad = (None, []) if layout is None else parse_lines(chunk, layout)
-            if parsed is not None:  # (the usual case: every line in the layout)
-                yield parsed
-                before += parsed.lines
-                continue
-            if not bad or len(bad) > _MIXED_RANGES:
-                bad = [(0, len(chunk))]  # no layout, or lines of many layouts: json for the chunk
-            pos = 0
-            for lo, hi in bad + [(len(chunk), len(chunk))]:
-                if lo > pos:  # lines in the layout between ones that are not
-                    parsed, _ = parse_lines(chunk[pos:lo], layout)
-                    yield parsed if parsed is not None else _numbered(chunk[pos:lo], before)
-                    before += chunk.count(b"\n", pos, lo)
-                if hi > lo:
-                    yield _numbered(chunk[lo:hi], before)
-                    before += chunk.count(b"\n", lo, hi)
-                pos = hi
+            if chunk:
+                if first:
+                    layout, first = _learn_layout(chunk, list_keys), False
+                for piece in _chunk_pieces(chunk, layout, before):
+                    yield piece
+                before += chunk.count(b"\n")
+            if too_long:
+                before += 1
+                log.lines += 1
+                log.skip(before, _TOO_LONG)
+
+
+def _chunk_pieces(chunk: bytes, layout: LineLayout | None, before: int) -> Iterator[ParsedLines | list]:
+    """One chunk of whole lines: parsed stretches in the layout, and lists of the other lines."""
+    parsed, bad = (None, []) if layout is None else parse_lines(chunk, layout)
+    if parsed is not None:  # (the usual case: every line in the layout)
+        yield parsed
+        return
+    if not bad or len(bad) > _MIXED_RANGES:
+        bad = [(0, len(chunk))]  # no layout, or lines of many layouts: json for the chunk
+    pos = 0
+    for lo, hi in bad + [(len(chunk), len(chunk))]:
+        if lo > pos:  # lines in the layout between ones that are not
+            parsed, _ = parse_lines(chunk[pos:lo], layout)
+            yield parsed if parsed is not None else _numbered(chunk[pos:lo], before)
+            before += chunk.count(b"\n", pos, lo)
+        if hi > lo:
+            yield _numbered(chunk[lo:hi], before)
+            before += chunk.count(b"\n", lo, hi)
+        pos = hi
 
 
 def _learn_layout(chunk: bytes, list_keys: tuple[str, ...]) -> LineLayout | None:
@@ -448,7 +604,7 @@ def read_hash_id_batches(path: str, log: LineLog, chunk_bytes: int = LAYOUT_CHUN
     Lines in the file's layout are parsed a chunk at a time by numpy; any other line goes
     through json.loads and the same checks as `read_trace`, with its line number.
     """
-    for piece in _layout_pieces(path, ("hash_ids",), chunk_bytes):
+    for piece in _layout_pieces(path, ("hash_ids",), chunk_bytes, log):
         if isinstance(piece, ParsedLines):
             n = piece.lines
             log.lines += n
@@ -500,9 +656,29 @@ _CSV_ROWS = {"azure": _azure_row, "burstgpt": _burstgpt_row}
 def _read_csv(path: str, log: LineLog, fmt: str) -> Iterator[TraceRequest]:
     required = CSV_COLUMNS[fmt]
     with _open_binary(path) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
-        reader = csv.reader(text)
-        header = next(reader, None)
+        seen = [0]
+
+        def text_lines() -> Iterator[str]:
+            # Decoded line by line (csv counts what it is given, so line numbers stay the file's):
+            # a line over MAX_LINE_BYTES becomes an empty line, skipped and counted here.
+            for n, line in _lines(raw):
+                seen[0] = n
+                if line is None:
+                    log.lines += 1
+                    log.skip(n, _TOO_LONG)
+                    yield "\n"
+                else:
+                    text = line.decode("utf-8", "replace")
+                    if "\r" in text.rstrip("\r\n"):  # old Mac line ends (what newline="" reading split on)
+                        yield from text.splitlines(keepends=True)
+                    else:
+                        yield text
+
+        reader = csv.reader(text_lines())
+        try:
+            header = next(reader, None)
+        except csv.Error as exc:
+            raise TraceFormatError(f"the CSV header cannot be read ({exc})", path=path, line=1) from None
         if header is None:
             raise EmptyTraceError("empty file", path=path)
         header = [h.strip().lstrip("\ufeff") for h in header]
@@ -534,6 +710,7 @@ def _read_csv(path: str, log: LineLog, fmt: str) -> Iterator[TraceRequest]:
                 continue
             log.requests += 1
             yield record
+        _damage_skipped(raw, log, seen[0] + 1)
 
 
 # --- detection and the entry point -------------------------------------------------------------
@@ -558,9 +735,11 @@ def detect_format(path: str) -> str:
     """The format of a trace from its first readable lines; raises TraceFormatError if unsure."""
     with _open_binary(path) as f:
         seen_keys: list[str] = []
-        for number, raw in enumerate(f, 1):
+        for number, raw in _lines(f):
             if number > _DETECT_LINES:
                 break
+            if raw is None:
+                continue  # over MAX_LINE_BYTES: the reader skips and counts it
             line = raw.strip()
             if not line:
                 continue
@@ -575,15 +754,17 @@ def detect_format(path: str) -> str:
                     f"pass --format ({', '.join(FORMATS)})", path=path, line=number)
             try:
                 obj = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue  # a corrupt first line should not hide the format of the rest
             if isinstance(obj, dict):
                 fmt = _jsonl_format(obj)
                 if fmt:
                     return fmt
                 seen_keys = sorted(obj)[:12]
+        damage = getattr(getattr(f, "raw", None), "damage", None)
         if not seen_keys:
-            raise EmptyTraceError("empty file, or no readable JSON object in its first lines", path=path)
+            raise EmptyTraceError(f"{damage} in its first lines" if damage else
+                                  "empty file, or no readable JSON object in its first lines", path=path)
         raise TraceFormatError(f"cannot tell the format from the keys {seen_keys}; pass --format ({', '.join(FORMATS)})",
                                path=path)
 
