@@ -40,9 +40,11 @@ def q5(b: Branches) -> None:
         if low:
             b.add("speculative-decoding", "not-working", "Q5", pit.explanation)
         elif low is None:
+            counted = b.num(Q.SPEC_ACCEPTANCE_LENGTH) is not None or b.num(Q.SPEC_ACCEPTANCE_RATE) is not None
             b.add("speculative-decoding", "on-unverified", "Q5",
-                  "on, but whether its drafts pay was not measured: scrape its acceptance counters over a loaded window (vLLM spec_decode_*, SGLang spec_accept_length) "
-                  "or measure ITL with it off")
+                  f"on, but whether its drafts pay is not settled: {pit.explanation}" if counted else
+                  "on, but whether its drafts pay was not measured: scrape its acceptance counters over a loaded "
+                  "window (vLLM spec_decode_*, SGLang spec_accept_length) or measure ITL with it off")
         elif regime == "compute" and not side_by_side:
             b.add("speculative-decoding", "on-unverified", "Q5",
                   f"drafts are accepted ({pit.explanation}), but {regime_why}, where drafts compete for compute: "
@@ -56,6 +58,16 @@ def q5(b: Branches) -> None:
         b.add("speculative-decoding", "not-indicated", "Q5",
               f"{a.rationale}; the median is fine and the slow tail comes from prefills stalling decode (Q6): "
               "chunked prefill fixes that, speculative decoding does not")
+        return
+    q1 = b.answers["Q1"]
+    if need and q1.verdict == "overloaded":
+        # Tokens are slow because the server is over capacity (KV full, queueing, preemptions);
+        # drafts take KV slots and verify compute of their own, so they would add to the pressure
+        # (vLLM's docs scope speculative decoding to medium-to-low QPS, memory-bound serving).
+        b.step("Q5.slow-from-overload", True, q1.rationale)
+        b.add("speculative-decoding", "not-indicated", "Q5",
+              f"{a.rationale}; the server is overloaded ({q1.rationale}): drafts would take KV slots and compute "
+              "from a full server; add capacity first (see scale-out)")
         return
     if need and regime == "compute":
         b.add("speculative-decoding", "not-indicated", "Q5",

@@ -45,7 +45,7 @@ PITFALLS = (
 AnswerValue = Literal["yes", "no", "unknown"]
 Status = Literal["recommended", "in-place", "on-unverified", "not-working", "not-indicated", "unknown"]
 # What the headline is about, most consequential first (see diagnose.headline).
-HEADLINE_KINDS = ("pitfall", "fix", "capacity", "use", "none-found", "nothing-measured")
+HEADLINE_KINDS = ("pitfall", "fix", "capacity", "use", "verify", "none-found", "nothing-measured")
 
 
 def _tuple_of(cls, items):

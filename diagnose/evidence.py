@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from probes import quantities as Q
 from probes.results import (Fact, InvalidValue, Measurement, NotMeasured, Result, describe_json_value, now_iso,
                             result_from_dict)
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "Target", "Evidence", "EvidenceError", "tool_version", "INVALID_PREFIX",
+           "catalogued",
            "parse_json_document"]
 
 SCHEMA = "llm-diagnose/evidence"
@@ -50,6 +53,20 @@ def parse_json_document(text: str) -> object:
 def _invalid(key: str, what: str) -> NotMeasured:
     return NotMeasured(reason=f"{INVALID_PREFIX} {what}",
                        hint=f"fix items.{key} in the evidence file, or measure again (llm-diagnose run)")
+
+
+_SENTINEL = 987654321
+# Key families with a size in their name (probes.quantities registers the usual sizes; "other
+# sizes still travel"), as patterns built from the key functions themselves.
+_FAMILIES = tuple(re.compile(re.escape(make(_SENTINEL)).replace(str(_SENTINEL), r"\d+") + r"\Z") for make in (
+    Q.decode_step_latency_key, Q.decode_floor_key, Q.decode_bound_key, Q.prefill_latency_key, Q.prefill_floor_key,
+    # The prefix-reuse curve the SVG report draws (diagnose/report/svg.py CURVE_KEY): hit share at N tokens.
+    lambda n: f"prefix.lru_fraction_c{n}"))
+
+
+def catalogued(key: str) -> bool:
+    """Whether a probe defines this evidence key (probes/quantities.py, or one of its per-size families)."""
+    return key in Q.CATALOGUE or any(p.match(key) for p in _FAMILIES)
 
 
 def tool_version() -> str:

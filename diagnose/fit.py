@@ -60,7 +60,7 @@ def ask_q1(ev: Evidence, th: Thresholds) -> Answer:
         if r.compare(key, per_device, ">", "q1.device_limit"):
             tail = "" if parallel_seen else " (TP/PP were not seen: if the weights are already split, measure them)"
             return _answer(r, "no", r.conf("physical") * unseen,
-                           f"the weights need {per_device:.2f}x one device's memory{split}{tail}", "does-not-fit")
+                           f"the weights need {per_device:.3g}x one device's memory{split}{tail}", "does-not-fit")
         util = r.num(Q.GPU_MEMORY_UTILIZATION)
         tight = r.compare(key, per_device, ">", "q1.max_weights_fraction")
         if not tight and util is not None:
@@ -88,10 +88,13 @@ def ask_q1(ev: Evidence, th: Thresholds) -> Answer:
     kv_full = None if kv_p95 is None else r.compare(Q.KV_USAGE_P95, kv_p95, ">=", "q1.kv_saturation")
     queued = None if waiting is None else r.compare(Q.WAITING_MEAN, waiting, ">=", "q1.min_waiting")
     near_full = kv_p95 is not None and r.compare(Q.KV_USAGE_P95, kv_p95, ">=", "q1.kv_near_saturation")
+    # Requests that wait while the cache is at least half used wait for load, not for a scheduler
+    # cap (below q4.low_kv_usage that is the batch-not-growing pitfall's case).
+    busy = kv_p95 is not None and r.compare(Q.KV_USAGE_P95, kv_p95, ">=", "q4.low_kv_usage")
     pressure = []
     if preempted is not None and preempted > 0 and (near_full or kv_p95 is None):
         pressure.append(f"{preempted:.0f} preemptions")
-    if kv_full and queued:
+    if queued and (kv_full or busy):
         pressure.append(f"requests waited ({waiting:.1f} on average)")
     if pressure:
         usage = f"KV usage p95 {kv_p95:.0%}" if kv_p95 is not None else "KV usage not measured"
@@ -101,7 +104,9 @@ def ask_q1(ev: Evidence, th: Thresholds) -> Answer:
             basis *= r.conf("unseen_setting")
         fits = (f"the model fits ({fit_requests:.0f} typical requests fit in the KV cache)" if fit_requests is not None
                 else "the model fits" if weights is not None else "the server runs the model")
-        return _answer(r, "yes", basis, f"{fits}, but load fills it: {usage}, {', '.join(pressure)}", "overloaded")
+        capped = "" if kv_full else "; the batch is capped by load, not by memory"
+        return _answer(r, "yes", basis, f"{fits}, but load fills it: {usage}, {', '.join(pressure)}{capped}",
+                       "overloaded")
     if kv_full and queued is None and (preempted is None or preempted == 0):
         if weights is None and fit_requests is None:
             return _answer(r, "unknown", 0.0,

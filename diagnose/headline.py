@@ -2,9 +2,11 @@
 
 Ranked: a detected pitfall (`pitfall`) > a technique that is on and not working (`fix`) >
 an overloaded server that needs replicas or admission limits (`capacity`) > the most
-consequential recommended technique (`use`) > nothing to do among the questions answered
+consequential recommended technique (`use`) > a technique that is on but unverified under a
+question that found its problem (`verify`) > nothing to do among the questions answered
 (`none-found`) > too little measured to say (`nothing-measured`, said as such). The line
-quotes the finding's own reason, so it cannot contradict it.
+quotes the finding's own reason, so it cannot contradict it. A technique finding headlines only
+where the answer that decided it is above confidence.headline_min.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ def headline(recs: Sequence[Recommendation], answers: Mapping[str, Answer], pitf
     if detected:
         p = detected[0]
         return "pitfall", p.pitfall, f"pitfall {p.pitfall}: {p.explanation} -> {p.fix}"
+    # A finding headlines only where the answer that decided it is firmer than `least` (doubtful
+    # or thin evidence must not set the headline).
+    recs = [r for r in recs if r.question not in answers or answers[r.question].confidence > least]
     broken = sorted((r for r in recs if r.status == "not-working"), key=lambda r: _rank(TECHNIQUE_RANK, r.technique))
     if broken:
         r = broken[0]
@@ -56,6 +61,15 @@ def headline(recs: Sequence[Recommendation], answers: Mapping[str, Answer], pitf
     if wanted:
         r = wanted[0]
         return "use", r.technique, f"{r.question}: {r.reason} -> use {r.technique}"
+    # A technique that is on but unverified under a question that found the problem it addresses:
+    # "none found" would contradict that answer, so the headline says what to verify.
+    check = sorted((r for r in recs if r.status == "on-unverified" and r.question in answers
+                    and answers[r.question].answer == "yes"), key=lambda r: _rank(TECHNIQUE_RANK, r.technique))
+    if check:
+        r = check[0]
+        q = answers[r.question]
+        return "verify", r.technique, (f"{r.question}: {q.rationale}; {r.technique} is {r.reason} -> verify "
+                                       f"{r.technique}")
     unknown = [q for q, a in answers.items() if a.answer == "unknown"]
     slo_broken = [c.objective.label for c in checks if c.met is False]
     # Nothing the tree knows fixes it, but the reader must not take "none" for "all is well".

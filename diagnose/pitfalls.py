@@ -12,7 +12,7 @@ from typing import Mapping
 from diagnose.diagnosis import Answer, Missing, PitfallCheck
 from diagnose.evidence import Evidence
 from diagnose.reading import Reading
-from diagnose.schemes import kv_quantized, weight_scheme
+from diagnose.schemes import kv_quantized, spec_method_class, weight_scheme
 from diagnose.speculative import acceptance, decode_regime
 from diagnose.thresholds import Thresholds
 from probes import quantities as Q
@@ -94,9 +94,15 @@ def batch_not_growing(ev: Evidence, th: Thresholds) -> PitfallCheck:
     capped = ""
     if peak is not None:
         capped = f" The running batch peaked at {peak:.0f}" + (f" with max_num_seqs={cap:.0f}." if cap is not None else ".")
-    return _check(r, "batch-not-growing", detected,
-                  "requests wait while the KV cache has room: a scheduler limit, not memory, caps the batch." + capped
-                  if detected else "the batch grows with demand until memory runs out",
+    kv_p95, waiting = r.num(Q.KV_USAGE_P95), r.num(Q.WAITING_MEAN)
+    if detected:
+        why = "requests wait while the KV cache has room: a scheduler limit, not memory, caps the batch." + capped
+    elif not queued:
+        why = f"requests hardly waited ({waiting:.1f} on average): nothing held the batch back"
+    else:
+        why = (f"requests waited ({waiting:.1f} on average) with the KV cache at p95 {kv_p95:.0%}: load, not a "
+               "scheduler limit, fills it (see Q1)")
+    return _check(r, "batch-not-growing", detected, why,
                   "raise --max-num-seqs and --max-num-batched-tokens (SGLang: --max-running-requests); check "
                   "that the client keeps enough requests in flight")
 
@@ -110,9 +116,21 @@ def spec_low_acceptance(ev: Evidence, th: Thresholds) -> PitfallCheck:
     if low is None:
         return _check(r, "spec-decode-low-acceptance", None,
                       "speculative decoding " + ("is on but" if enabled else "may be on, and") + f" {why}")
-    return _check(r, "spec-decode-low-acceptance", low, why,
-                  "use a draft closer to the target (EAGLE-3 or MTP heads trained for it), lower "
-                  "num_speculative_tokens, or turn speculative decoding off for this workload")
+    return _check(r, "spec-decode-low-acceptance", low, why, _spec_fix(r) if low else "")
+
+
+def _spec_fix(r: Reading) -> str:
+    """The fix by where decode sits: compute-bound, no draft pays, so fewer sequences per step or
+    more devices; memory-bound, a better draft (never the method the server already runs)."""
+    regime, _ = decode_regime(r, "q5.compute_bound_batch")
+    if regime == "compute":
+        return ("decode is compute-bound at this batch, where every drafted token costs compute: run fewer "
+                "sequences per step (--max-num-seqs) or spread the load over more devices or replicas, or turn "
+                "speculative decoding off at this load")
+    trained = spec_method_class(r.text(Q.SPEC_METHOD)) == "head"
+    better = "" if trained else "use a draft closer to the target (EAGLE-3 or MTP heads), "
+    return (f"{better}lower num_speculative_tokens, train the draft on this workload's data, or turn speculative "
+            "decoding off for this workload")
 
 
 def disaggregation_overhead(ev: Evidence, th: Thresholds) -> PitfallCheck:
@@ -148,8 +166,10 @@ def weight_only_quantization(ev: Evidence, th: Thresholds, answers: Mapping[str,
     kv_dtype = r.text(Q.KV_CACHE_DTYPE) or "auto"
     q1 = answers["Q1"].verdict
     kv_p95 = r.num(Q.KV_USAGE_P95)
-    kv_full = q1 in ("overloaded", "kv-too-small") or (
-        kv_p95 is not None and r.compare(Q.KV_USAGE_P95, kv_p95, ">=", "q1.kv_saturation"))
+    # A cache filled by load (Q1 overloaded) is a capacity finding: weight-only quantization is not
+    # what failed there, and blaming it would contradict quantization: in-place.
+    kv_full = q1 == "kv-too-small" or (q1 != "overloaded" and kv_p95 is not None
+                                       and r.compare(Q.KV_USAGE_P95, kv_p95, ">=", "q1.kv_saturation"))
     regime, regime_why = decode_regime(r, "q1.large_batch")
     reasons = []
     if kv_full and not kv_quantized(kv_dtype):

@@ -1,29 +1,33 @@
 """Sanity checks: evidence that cannot be true, or that contradicts other evidence.
 
-A fraction outside [0, 1], a negative count, a p99 below its p50, a hit rate while prefix
-caching is off, a live hit rate above what the workload itself shares, a string or a flag
-where a number belongs, a value the evidence file held in an unusable form (a NotMeasured
-whose reason starts "invalid in the input:"). Each finding names the key; the tree lowers the
-confidence of every answer that read (or needed) a flagged key.
+A key no probe defines (misspelt?), a fraction outside [0, 1], weights beyond
+sanity.max_weights_fraction devices, a parallel degree below 1, a negative count, a p99
+below its p50, a hit rate while prefix caching is off, a live hit rate above what the
+workload itself shares, a string or a flag where a number belongs, a value the evidence file
+held in an unusable form (a NotMeasured whose reason starts "invalid in the input:"). Each
+finding names the key; the tree lowers the confidence of every answer that read (or needed)
+a flagged key, a pitfall judged from one is "not checked", and a technique recommended from
+one is "unknown".
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Iterable
+from typing import Iterable, Mapping
 
-from diagnose.diagnosis import Answer, SanityFinding
-from diagnose.evidence import INVALID_PREFIX, Evidence
+from diagnose.diagnosis import Answer, Missing, PitfallCheck, Recommendation, SanityFinding
+from diagnose.evidence import INVALID_PREFIX, Evidence, catalogued
 from diagnose.thresholds import Thresholds
 from probes import quantities as Q
 from probes.results import Fact, Measurement, NotMeasured
 
-__all__ = ["check", "lower_confidence"]
+__all__ = ["check", "lower_confidence", "doubt_pitfalls", "doubt_recommendations"]
 
 _NON_NEGATIVE = frozenset({"count", "tokens", "s", "bytes", "1/s", "requests", "bytes/s", "flop/s", "cores", "ratio"})
 _SIGNED = frozenset({Q.PROMPT_ITL_CORRELATION})  # a rank correlation lies in [-1, 1]
 _UNBOUNDED_FRACTIONS = frozenset({Q.WEIGHTS_FRACTION})  # above 1 means "does not fit one device", not impossible
+_AT_LEAST_ONE = frozenset({Q.TENSOR_PARALLEL, Q.PIPELINE_PARALLEL, Q.DEVICE_COUNT})  # 0 would divide by nothing
 
 
 def _number(result) -> float | None:
@@ -34,9 +38,11 @@ def _number(result) -> float | None:
     return None
 
 
-def _kind(key: str, result) -> Iterable[str]:
+def _kind(key: str, result, th: Thresholds) -> Iterable[str]:
     """Problems of one value on its own: its type against the catalogue, then its range."""
     q = Q.CATALOGUE.get(key)
+    if not catalogued(key):
+        yield "key not in the catalogue (probes/quantities.py); misspelt?"
     if isinstance(result, NotMeasured):
         if result.reason.startswith(INVALID_PREFIX):
             yield result.reason
@@ -64,6 +70,10 @@ def _kind(key: str, result) -> Iterable[str]:
     elif key in _SIGNED:
         if not -1.0 <= v <= 1.0:
             yield f"a correlation of {v:.4g}, outside [-1, 1]"
+    elif key == Q.WEIGHTS_FRACTION and v > th["sanity.max_weights_fraction"]:
+        yield f"weights {v:.3g}x one device's memory, above sanity.max_weights_fraction: a unit or parsing error"
+    elif key in _AT_LEAST_ONE and v < 1:
+        yield f"{v:.3g} devices: a parallel degree is at least 1"
     elif q.unit == "fraction":
         if v < 0.0 or (v > 1.0 and key not in _UNBOUNDED_FRACTIONS):
             yield f"a fraction of {v:.4g}, outside [0, 1]"
@@ -110,7 +120,7 @@ def _cross(ev: Evidence, th: Thresholds) -> Iterable[tuple[str, str]]:
 def check(ev: Evidence, th: Thresholds) -> tuple[SanityFinding, ...]:
     found: list[SanityFinding] = []
     for key, result in ev.items.items():
-        found.extend(SanityFinding(key, problem) for problem in _kind(key, result))
+        found.extend(SanityFinding(key, problem) for problem in _kind(key, result, th))
     found.extend(SanityFinding(k, p) for k, p in _cross(ev, th))
     unique = dict.fromkeys(found)
     return tuple(unique)
@@ -126,4 +136,34 @@ def lower_confidence(answers: Iterable[Answer], findings: tuple[SanityFinding, .
             a = replace(a, confidence=th["confidence.sanity"],
                         rationale=f"{a.rationale} (doubtful input: {', '.join(touched)}; see sanity findings)")
         out.append(a)
+    return out
+
+
+def doubt_pitfalls(pitfalls: Iterable[PitfallCheck], findings: tuple[SanityFinding, ...]) -> tuple[PitfallCheck, ...]:
+    """A pitfall judged from a flagged key could not be checked: detected None, the keys missing."""
+    flagged = {f.key for f in findings}
+    out = []
+    for p in pitfalls:
+        touched = sorted(flagged & set(p.evidence))
+        if touched and p.detected is not None:
+            p = replace(p, detected=None, fix="",
+                        explanation=f"could not be checked: doubtful evidence ({', '.join(touched)}; see sanity "
+                                    "findings)",
+                        missing=tuple(Missing(k, "doubtful: see sanity findings", "measure it again") for k in touched))
+        out.append(p)
+    return tuple(out)
+
+
+def doubt_recommendations(recs: Iterable[Recommendation], answers: Mapping[str, Answer],
+                          findings: tuple[SanityFinding, ...]) -> list[Recommendation]:
+    """A technique recommended by an answer that read a flagged key is not acted on: unknown."""
+    flagged = {f.key for f in findings}
+    out = []
+    for r in recs:
+        a = answers.get(r.question)
+        touched = sorted(flagged & set(a.evidence)) if a is not None and r.status == "recommended" else []
+        if touched:
+            r = replace(r, status="unknown", reason=f"{r.reason}; but on doubtful evidence ({', '.join(touched)}; "
+                                                     "see sanity findings): measure it again before acting")
+        out.append(r)
     return out

@@ -17,7 +17,7 @@ from diagnose.schemes import spec_method_class
 from diagnose.signals import roofline_at
 from probes import quantities as Q
 
-__all__ = ["acceptance", "decode_regime"]
+__all__ = ["acceptance", "decode_regime", "regime_and_basis"]
 
 
 def acceptance(r: Reading) -> tuple[bool | None, str, bool]:
@@ -40,7 +40,13 @@ def acceptance(r: Reading) -> tuple[bool | None, str, bool]:
         method = r.text(Q.SPEC_METHOD)
         kind = spec_method_class(method) or "model"
         cost = r.thresholds[f"q5.draft_cost_{kind}"]
-        regime, regime_why = decode_regime(r, "q5.compute_bound_batch")
+        regime, regime_why, measured = regime_and_basis(r, "q5.compute_bound_batch")
+        if regime == "compute" and not measured:
+            # At k+1 plain steps per verify step no acceptance pays, so judging by batch size alone
+            # would always say "low": only ITL measured with it off settles a large batch.
+            return None, (f"{regime_why}; whether {k:.0f} drafted token(s) per step ({length:.2f} tokens per "
+                          "verify step) pay there needs ITL measured with speculative decoding off beside it on "
+                          "(spec.itl_speedup), or the decode roofline (--active)"), False
         # Memory-bound, a verify step of k+1 tokens costs about one plain step; compute-bound,
         # it costs about k+1 of them (every drafted token is computed for every sequence).
         step = (k + 1.0) if regime == "compute" else 1.0
@@ -68,6 +74,13 @@ def decode_regime(r: Reading, large: str = "q5.compute_bound_batch") -> tuple[st
     """'memory' (small batch: drafts are nearly free), 'compute' (large batch: drafts cost
     compute), or None, with the reason; the measured roofline position outranks the batch
     size, which is compared with the threshold named `large`."""
+    regime, why, _ = regime_and_basis(r, large)
+    return regime, why
+
+
+def regime_and_basis(r: Reading, large: str = "q5.compute_bound_batch") -> tuple[str | None, str, bool]:
+    """`decode_regime`, and whether the regime was measured (the roofline) rather than guessed
+    from the batch size."""
     batch = r.num(Q.RUNNING_MEAN)
     key = Q.RUNNING_MEAN
     if batch is None:
@@ -75,10 +88,10 @@ def decode_regime(r: Reading, large: str = "q5.compute_bound_batch") -> tuple[st
         key = Q.CONCURRENCY_MEAN
     bound, at = roofline_at(r, batch)
     if bound is not None:
-        return bound, f"the decode roofline at batch {at} is {bound}-bound (running batch {batch:.0f})"
+        return bound, f"the decode roofline at batch {at} is {bound}-bound (running batch {batch:.0f})", True
     if batch is None:
-        return None, "the running batch was not measured"
+        return None, "the running batch was not measured", False
     big = r.compare(key, batch, ">=", large)
     return ("compute" if big else "memory"), (f"the running batch is {batch:.0f} sequences, "
                                               + ("large enough for decode to be compute-bound" if big
-                                                 else "small enough for decode to be memory-bound"))
+                                                 else "small enough for decode to be memory-bound")), False

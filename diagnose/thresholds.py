@@ -247,6 +247,11 @@ _ALL: list[Threshold] = [
               "probes.traces.similarity estimates the dynamic share from content windows and the potential from "
               "whole blocks; the block where prompts diverge is counted by neither, so a few points of overlap "
               "are estimation, not contradiction"),
+    Threshold("sanity.max_weights_fraction", 100.0, "fraction",
+              "the most memory.weights_fraction (all weights / one device's memory) may be before it is flagged "
+              "as impossible rather than 'does not fit one device'",
+              "a 2 T-parameter model in BF16 (4 TB) over one 40 GB device is 100x; no served model is larger, so "
+              "more is a unit or parsing error"),
     Threshold("evidence.min_samples", 3.0, "samples",
               "fewer observations than this lower an answer's confidence",
               "three scrapes give one delta and a spread"),

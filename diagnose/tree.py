@@ -36,9 +36,10 @@ from diagnose.evidence import Evidence
 from diagnose.headline import headline
 from diagnose.pitfalls import check_all
 from diagnose.questions import ask_all
-from diagnose.sanity import check as sanity_check, lower_confidence
+from diagnose.sanity import check as sanity_check, doubt_pitfalls, doubt_recommendations, lower_confidence
+from diagnose.reading import Reading
 from diagnose.schemes import kv_quantized, weight_scheme
-from diagnose.signals import devices, roofline_at
+from diagnose.signals import devices, load_level, roofline_at
 from diagnose.slo import SLO
 from diagnose.speculative import decode_regime
 from diagnose.thresholds import Thresholds
@@ -88,7 +89,11 @@ def _q1(b: _Branches) -> None:
               "the model fits: load fills the KV cache, not the model's size (KV quantization is a capacity lever, "
               "see scale-out)")
         b.add("parallelism", "in-place" if parallel else "not-indicated", "Q1", "the model fits its devices")
-        b.add("scale-out", "recommended", "Q1", _scale_out_reason(b, a, kv_q))
+        if a.confidence > b.th["confidence.headline_min"]:
+            b.add("scale-out", "recommended", "Q1", _scale_out_reason(b, a, kv_q))
+        else:  # overload read from thin or doubtful evidence is no reason to buy replicas
+            b.add("scale-out", "unknown", "Q1", f"{a.rationale}, but on evidence too doubtful to act on "
+                  f"(confidence {a.confidence:.2f}): measure again over a steady loaded window")
         return
     if weights_quantized and b.detected("weight-only-quantization"):
         b.add("quantization", "not-working", "Q1", b.pitfalls["weight-only-quantization"].explanation)
@@ -194,10 +199,11 @@ def _q4(b: _Branches) -> None:
 _LIVE_METHODS = ("prometheus", "scrape-loop", "metric-")
 
 
-def _idle_live_answers(ev: Evidence, answers: Mapping[str, Answer]) -> frozenset[str]:
-    """On a near-idle server (Q1 untested), the questions answered only from the live window:
-    a window without demand shows how one request went, not how the server serves."""
-    if answers["Q1"].verdict != "untested":
+def _idle_live_answers(ev: Evidence, th: Thresholds, answers: Mapping[str, Answer]) -> frozenset[str]:
+    """On a near-idle server (signals.load_level, whatever Q1 could say), the questions answered
+    only from the live window: a window without demand shows how one request went, not how the
+    server serves."""
+    if load_level(Reading(ev, th))[0] != "idle":
         return frozenset()
 
     def live(key: str) -> bool:
@@ -213,7 +219,7 @@ def diagnose(evidence: Evidence, thresholds: Thresholds | None = None, *, slo: S
     slo = slo or SLO()
     sanity = sanity_check(evidence, th)
     answers = {a.question: a for a in lower_confidence(ask_all(evidence, th, slo), sanity, th)}
-    pitfalls = check_all(evidence, th, answers)
+    pitfalls = doubt_pitfalls(check_all(evidence, th, answers), sanity)
     b = _Branches(evidence, th, answers, {p.pitfall: p for p in pitfalls}, slo)
     path: list[Step] = []
     for q, walk in (("Q1", _q1), ("Q2", _q2), ("Q3", _q3), ("Q4", _q4), ("Q5", late.q5),
@@ -222,11 +228,15 @@ def diagnose(evidence: Evidence, thresholds: Thresholds | None = None, *, slo: S
         walk(b)
         path.append(Step(q, answers[q].answer, answers[q].rationale))
         path.extend(b.steps)
+    b.recs = doubt_recommendations(b.recs, answers, sanity)
     engine = evidence.fact(Q.ENGINE_NAME)
     digest = hashlib.sha256(evidence.to_json().encode()).hexdigest()
     checks = slo.check_evidence(evidence)
     kind, subject, line = headline(b.recs, answers, pitfalls, checks, th["confidence.headline_min"],
-                                   _idle_live_answers(evidence, answers))
+                                   _idle_live_answers(evidence, th, answers))
+    if kind == "none-found" and sanity:
+        # "Nothing found" must not read as "all is well" when some evidence was set aside as impossible.
+        line += f"; doubtful evidence set aside ({', '.join(sorted({f.key for f in sanity}))}): see sanity findings"
     return Diagnosis(
         engine=str(engine) if engine else "unknown",
         bottleneck=line,

@@ -7,6 +7,11 @@ import pytest
 from diagnose.evidence import Evidence, Target
 from probes import quantities as Q
 from probes.microbench import Ceilings, Grid, ModelCosts, roofline_floor, run_microbench
+from probes.microbench.ceilings import matmul_sweep
+from probes.microbench.roofline import StepCost
+from probes.microbench.run import StepResult, bound_by_steps
+from probes.results import Measurement, Provenance
+from probes.timing import rate_from_time
 from probes.microbench.steps import StepBench, build_causal_lm
 
 # A Llama-3-8B-like shape on H200 datasheet ceilings (4.8 TB/s, 989 dense bf16 TFLOP/s).
@@ -70,6 +75,50 @@ def test_small_grid_on_cpu_gives_latencies_floors_and_evidence() -> None:
     assert Evidence.from_json(ev.to_json()) == ev
 
 
+def test_tiny_decode_is_memory_bound_in_fp32() -> None:
+    # fp32 gets the BLAS on every CPU, so its matmul rate is far above copy bandwidth x the
+    # tiny decode's ~1 FLOP/byte. (In bf16 that holds only where the CPU has native bf16; on
+    # AVX2-only parts a bf16 matmul runs at a few GFLOP/s and the tiny decode is compute-bound.)
+    import torch
+
+    report = run_microbench(build_causal_lm("tiny", dtype=torch.float32),
+                            Grid(batches=(2,), contexts=(16,), prompts=(16,), mixed_decodes=2, mixed_chunk=8),
+                            budget_s=0.05)
+    step = report.decode(2, 16)
+    assert step is not None and step.floor is not None and step.floor.bound == "memory"
+    assert 0 < step.floor.seconds < step.latency.value
+
+
+def _timed(seconds: tuple[float, ...], note: str) -> Measurement:
+    return Measurement(sorted(seconds)[len(seconds) // 2], "s", Provenance(method="cpu-timer", source="cpu"),
+                       samples=seconds, note=note)
+
+
+def test_a_ceiling_a_step_beats_is_raised_to_that_steps_fastest_sample() -> None:
+    cost = StepCost(bytes=1e6, flops=1e7)
+    step = StepResult("decode", 1, 16, 1, _timed((2e-3, 1e-3, 4e-3), "decode step"), cost, None)
+    slow = rate_from_time(_timed((1.0,), "matmul"), 1e9, "flop/s", "matmul")  # 1 GFLOP/s < the step's 10
+    raised = bound_by_steps(slow, [step], lambda c: c.flops, "matmul rate")
+    assert raised.value == pytest.approx(1e10) and raised.warnings and "decode step" in raised.note
+    assert roofline_floor(cost, Ceilings(1e12, raised.value)).seconds < step.latency.value
+    fast = rate_from_time(_timed((1e-3,), "matmul"), 1e9, "flop/s", "matmul")  # 1 TFLOP/s: kept
+    assert bound_by_steps(fast, [step], lambda c: c.flops, "matmul rate") is fast
+
+
+def test_matmul_sweep_takes_the_best_size_and_skips_sizes_past_the_budget() -> None:
+    rates = {128: 2e9, 256: 1e9, 512: 5e8, 1024: 4e8}  # a kernel that slows as n grows (bf16 without native support)
+    asked: list[int] = []
+
+    def measure_at(n: int, share: float) -> Measurement:
+        asked.append(n)
+        return rate_from_time(_timed((2.0 * n**3 / rates[n],), f"n={n}"), 2.0 * n**3, "flop/s", f"n={n}")
+
+    best = matmul_sweep((1024, 128, 256, 512), 1.0, measure_at)
+    assert best.value == pytest.approx(2e9) and "n=128" in best.note
+    # 256 takes ~34 ms a call (7 calls fit its 0.25 s share); 512 is predicted at ~270 ms and skipped.
+    assert asked == [128, 256] and "skipped n=512, 1024" in best.note
+
+
 def test_microbench_command_writes_evidence(tmp_path) -> None:
     from diagnose.cli import _Parser
     from diagnose.commands import microbench
@@ -80,4 +129,9 @@ def test_microbench_command_writes_evidence(tmp_path) -> None:
                               "--out", str(tmp_path)])
     assert args.func(args) == 0
     ev = Evidence.from_json((tmp_path / "evidence.json").read_text())
-    assert ev.measurement(Q.decode_step_latency_key(2)) is not None and ev.fact(Q.decode_bound_key(2)) == "memory"
+    assert ev.measurement(Q.decode_step_latency_key(2)) is not None
+    # The bound written is the one the written ceilings imply for the tiny model's step (memory
+    # where bf16 runs natively; compute on CPUs that emulate bf16 matmuls, see the fp32 test).
+    cost = ModelCosts.from_model(build_causal_lm("tiny")).decode_step(2, 16)
+    ridge = ev.measurement(Q.MATMUL_FLOPS_PER_S).value / ev.measurement(Q.MEMCPY_BYTES_PER_S).value
+    assert ev.fact(Q.decode_bound_key(2)) == ("memory" if cost.intensity <= ridge else "compute")

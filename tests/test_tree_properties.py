@@ -63,8 +63,14 @@ def test_headline_names_a_finding_of_its_own_kind(ev):
     elif d.headline_kind in ("capacity", "use"):
         assert status[d.headline_subject] == "recommended"
         assert "not-working" not in status.values() and not d.detected_pitfalls
+    elif d.headline_kind == "verify":
+        assert status[d.headline_subject] == "on-unverified" and d.answer(
+            d.recommendation(d.headline_subject).question).answer == "yes"
     else:
-        assert d.headline_subject == "" and "recommended" not in status.values()
+        # Only a recommendation whose deciding answer is too doubtful (<= confidence.headline_min) may go unheadlined.
+        least = dict(d.thresholds)["confidence.headline_min"]
+        assert d.headline_subject == "" and all(
+            d.answer(r.question).confidence <= least for r in d.recommendations if r.status == "recommended")
 
 
 @settings(max_examples=150, deadline=None)

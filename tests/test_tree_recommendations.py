@@ -123,8 +123,11 @@ REC_CASES = [
     ({"decode.itl_p50_s": 0.02, "decode.itl_p99_s": 0.5, "interference.itl_inflation": 3.0, "config.spec_decode": False},
      "speculative-decoding", "not-indicated"),  # the tail is prefill stalls: Q6
     ({"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.acceptance_rate": 0.8, "batch.running_mean": 300,
-      "config.num_speculative_tokens": 3},
+      "config.num_speculative_tokens": 3, "decode.bound_b256": "compute"},
      "speculative-decoding", "not-working"),  # compute-bound: verifying k+1 tokens per sequence costs k+1 steps
+    ({"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.acceptance_rate": 0.8, "batch.running_mean": 300,
+      "config.num_speculative_tokens": 3},
+     "speculative-decoding", "on-unverified"),  # compute-bound only by batch size: ITL with it off must settle it
     ({"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.itl_speedup": 1.4, "spec.acceptance_rate": 0.2},
      "speculative-decoding", "in-place"),  # measured on against off overrules the counters
     # offline batch
@@ -270,7 +273,11 @@ PITFALL_CASES = [
     ({"config.pd_disaggregation": True}, "disaggregation-overhead", None),
     ({"config.weight_quantization": "none"}, "weight-only-quantization", False),
     ({"config.weight_quantization": "fp8", **KV_BOUND}, "weight-only-quantization", False),
-    ({"config.weight_quantization": "awq", "config.kv_cache_dtype": "auto", **KV_BOUND}, "weight-only-quantization", True),
+    # A cache filled by load (Q1 overloaded) is a capacity finding, not the quantization's failure.
+    ({"config.weight_quantization": "awq", "config.kv_cache_dtype": "auto", **KV_BOUND},
+     "weight-only-quantization", None),
+    ({"config.weight_quantization": "awq", "config.kv_cache_dtype": "auto", **KV_SMALL},
+     "weight-only-quantization", True),
     ({"config.weight_quantization": "awq", "config.kv_cache_dtype": "fp8", **KV_BOUND, "batch.running_mean": 4},
      "weight-only-quantization", False),
     ({"config.weight_quantization": "gptq", "batch.running_mean": 32}, "weight-only-quantization", True),

@@ -63,6 +63,7 @@ from probes.quantities import (
     SPEC_ACCEPTANCE_LENGTH,
     SPEC_ACCEPTANCE_RATE,
     SPEC_DECODE,
+    NUM_SPECULATIVE_TOKENS,
     TTFT_P50,
     TTFT_P99,
     WAITING_MEAN,
@@ -377,6 +378,14 @@ def _spec_config(ctx: _Ctx, out: dict[str, Result]) -> None:
     prov = ctx.prov("metric-presence", "vllm:spec_decode_*")
     if drafts is not None:
         out[SPEC_DECODE] = Fact(True, prov, note="spec_decode metrics are present")
+        # vLLM V1 registers one per-position acceptance counter for each drafted position at
+        # start-up (v1/spec_decode/metrics.py), so counting them gives k even on an idle server.
+        scrape = ctx.window.last_scrape()
+        name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+        positions = {s.label("position") for s in scrape.series(name)} - {None} if scrape is not None else set()
+        if positions:
+            out[NUM_SPECULATIVE_TOKENS] = Fact(len(positions), ctx.prov("metric-presence", name),
+                                               note="one per-position acceptance counter per drafted position")
     else:
         out[SPEC_DECODE] = Fact(False, prov, note="inferred: vLLM registers spec_decode metrics only when "
                                                  "--speculative-config is set, and none are present")

@@ -34,6 +34,13 @@ class Scenario:
     not_flagged: tuple[str, ...] = ()  # sound evidence keys the diagnosis must NOT flag (e.g. weights_fraction 1.6)
     slo: SLO | None = None
     classes: tuple[str, ...] = ()  # issue-13 classes covered: "fit", "unknown", "slow-tokens", ...
+    known_wrong: str = ""  # why llm-diagnose still gets this case wrong (the test expects it to fail until fixed)
+
+    def expectations(self) -> int:
+        """How many things the scenario checks (each status, answer, verdict, ... counts once)."""
+        return (len(self.statuses) + (self.headline is not None) + len(self.not_recommended) + len(self.answers)
+                + len(self.verdicts) + len(self.max_confidence) + len(self.pitfalls) + len(self.sanity_keys)
+                + len(self.not_flagged))
 
     def evidence_object(self) -> Evidence:
         return build(dict(self.evidence))

@@ -380,6 +380,8 @@ SCENARIOS = [
             "nothing."
         ),
         pitfalls={"batch-not-growing": False},
+        verdicts={"Q1": "kv-too-small"},
+        not_recommended=("scale-out",),  # each instance lacks room: replicas of it do not fix that
         classes=("pitfall-scheme", "fit"),
     ),
 ]

@@ -220,11 +220,12 @@ SCENARIOS = [
             "spec.mean_acceptance_length": 2.46,
         },
         verdict=(
-            "At ~600 sequences per step decode is compute-bound, so verifying three drafts per sequence costs "
-            "more than the 1.46 extra tokens it wins: turn speculation off at this load (or K=0 above ~128 "
-            "sequences)."
+            "At ~600 sequences per step decode is likely compute-bound, where verifying three drafts per "
+            "sequence can cost more than the 1.46 extra tokens it wins; the counters alone cannot settle it: "
+            "measure ITL with speculation off (as the reporter did) and turn it off at this load if slower."
         ),
-        statuses={"speculative-decoding": "not-working"},
+        statuses={"speculative-decoding": "on-unverified", "quantization": "in-place"},
+        pitfalls={"spec-decode-low-acceptance": None},
         classes=("slow-tokens",),
     ),
     Scenario(
@@ -334,5 +335,45 @@ SCENARIOS = [
         statuses={"speculative-decoding": "on-unverified"},
         pitfalls={"spec-decode-low-acceptance": None},
         classes=("slow-tokens", "unknown"),
+    ),
+    Scenario(
+        id="slow-tokens-overloaded-server-spec-not-the-fix",
+        title="8B on one H100 with the KV cache full, 50 waiting and preemptions; tokens slow at batch 40",
+        source="https://docs.vllm.ai/en/v0.32.0/features/speculative_decoding/adaptive_verification/",
+        source_says=(
+            "vLLM's speculative-decoding docs: speculative decoding buys fewer decode steps with more compute; it "
+            "pays when the GPU is memory-bound with spare compute, and as load grows draft tokens compete with "
+            "real tokens (and each drafted token needs its KV slot)."
+        ),
+        evidence={
+            **VLLM_V1,
+            "engine.model": "meta-llama/Llama-3.1-8B-Instruct",
+            "memory.weights_bytes": 16e9,
+            "memory.device_total_bytes": H100_80GB,
+            "memory.weights_fraction": 16e9 / H100_80GB,
+            "kv.capacity_tokens": 450_000.0,
+            "inputs.length_p50": 2_000.0,
+            "outputs.length_p50": 400.0,
+            "kv.usage_p95": 1.0,
+            "kv.preemptions": 49.0,
+            "queue.waiting_mean": 53.0,
+            "batch.running_mean": 40.0,
+            "load.concurrency_mean": 93.0,
+            "decode.itl_p50_s": 0.070,
+            "decode.itl_p99_s": 0.110,
+            "decode.time_share": 0.85,
+            "config.spec_decode": False,
+            "throughput.generation_tokens_per_s": 570.0,
+        },
+        verdict=(
+            "The server is over capacity: the KV cache is full, requests queue and are preempted, so tokens are slow "
+            "from overload. Add replicas or admission limits; speculative decoding would take KV slots from a full "
+            "cache."
+        ),
+        statuses={"speculative-decoding": "not-indicated", "scale-out": "recommended"},
+        headline=("capacity", "scale-out"),
+        verdicts={"Q1": "overloaded"},
+        not_recommended=("quantization",),
+        classes=("slow-tokens", "fit", "headline"),
     ),
 ]

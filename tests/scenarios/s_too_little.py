@@ -154,6 +154,8 @@ SCENARIOS = [
         verdict=("The window broke off after three scrapes while pressure was rising: report what was seen, "
                  "at low confidence, and ask for a complete window before sizing anything."),
         max_confidence={"Q1": 0.5},
+        headline=("nothing-measured", ""),
+        not_recommended=("scale-out",),  # no sizing from three scrapes of a broken-off window
         classes=("too-little", "confidence"),
     ),
 ]
