@@ -193,13 +193,20 @@ def test_a_shared_prefix_workload_is_recognised_and_a_salted_one_is_not(small_vl
     assert shared.measurement(Q.PREFIX_HIT_RATE).value > 0.5  # 6 of 8 requests reuse 5 full blocks
     assert salted.measurement(Q.PREFIX_HIT_RATE).value < 0.02
     assert ask_q2(shared, th).answer == "yes"
-    assert ask_q2(salted, th).answer == "no"
+    # A live hit rate of ~0 with no trace cannot tell "nothing shared" from "shared content the
+    # cache cannot see" (a varying head defeats it exactly so): Q2 stays unknown and asks for a
+    # trace or --active (issue 13: unknown stays unknown), never "yes".
+    salted_q2 = ask_q2(salted, th)
+    assert salted_q2.answer == "unknown" and "--trace" in salted_q2.rationale, salted_q2
 
 
 @real
 def test_prefix_experiment_tells_a_working_cache_and_cannot_be_fooled_by_a_warm_one(small_vllm, tmp_path):
+    # 20 s, not the natural 6 s: on a CPU without native bf16 (an AVX2-only EPYC, measured) the
+    # small model prefills 790 tokens in ~0.8 s even in float32, so 7 sequential requests overran
+    # 6 s and the experiment rightly said "not measured"; this test checks what it measures.
     plan = ExperimentPlan(ActiveBudget(30, 30), (("prefix", PrefixPlan(prefix_tokens=768, fresh_requests=3,
-                                                                         repeated_requests=3)),))
+                                                                         repeated_requests=3, time_cap_s=20.0)),))
     first = _active(small_vllm, tmp_path / "a", ("prefix",), plan=plan)
     again = _active(small_vllm, tmp_path / "b", ("prefix",), plan=plan)  # the cache is warm from `first`
     for results in (first, again):

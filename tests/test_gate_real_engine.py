@@ -114,7 +114,12 @@ def test_prompts_that_defeat_the_prefix_cache_are_a_regression(vllm_server, base
     assert code == 1, out
     lines = [line.split() for line in out.splitlines()]
     assert ["regression", "prefix.hit_rate"] in [line[:2] for line in lines]
-    assert ["regression", "answer:Q2"] in [line[:2] for line in lines]
+    heads = [line[:2] for line in lines]
+    # A near-zero live hit rate with no trace cannot tell "nothing shared" from "shared content the
+    # cache cannot see" (issue 13: unknown stays unknown), so Q2 goes yes -> unknown, which the gate
+    # calls inconclusive; prefix caching, shown working before, is no longer: a lost technique.
+    assert ["regression", "technique:prefix-caching"] in heads, out
+    assert any(h[1:] == ["answer:Q2"] and h[0] in ("inconclusive", "regression") for h in heads), out
     assert (tmp_path / "gate.md").read_text().startswith("## llm-diagnose gate: REGRESSION")
 
 

@@ -25,7 +25,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from diagnose.demo.vllm_server import VllmServer
+from diagnose.demo.vllm_server import VllmServer, cpu_dtype, dtype_bytes
 from probes.discovery import discover
 from probes.http import (
     HTTPStatusError,
@@ -468,9 +468,9 @@ class TestRealVllm:
         assert ev["config.prefix_caching"].value is True  # --enable-prefix-caching
         assert ev["config.block_size"].value == 128  # the CPU backend's block size
         # VLLM_CPU_KVCACHE_SPACE=1 GiB; the tiny model stores 2 layers x (K, V) x 4 heads x 32
-        # x 2 bytes = 1 KiB per token.
+        # x 2 bytes (bf16; 4 in float32 on CPUs without native bf16) = 1 KiB (2 KiB) per token.
         assert ev["memory.kv_cache_bytes"].value == 1 << 30
-        assert ev["kv.capacity_tokens"].value == (1 << 30) // 1024
+        assert ev["kv.capacity_tokens"].value == (1 << 30) // (512 * dtype_bytes(cpu_dtype()))
         assert isinstance(ev["config.max_num_seqs"], NotMeasured) and ev["config.max_num_seqs"].hint
         assert ev["engine.name"].note.startswith("vllm (V1, >=0.29)")
 
