@@ -29,7 +29,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from diagnose.demo.vllm_server import VllmServer
+from diagnose.demo.vllm_server import VllmServer, cpu_dtype
 from diagnose.evidence import Evidence
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,7 +309,8 @@ def test_cpu_demo_vllm_command_is_the_test_servers_command(server):
     real-engine test exercises it), bound to 0.0.0.0:8000 instead of a loopback port."""
     compose = compose_file(COMPOSE_CPU)
     argv = substitute(service_argv(compose, "vllm"),
-                      {"/models/tiny-llama": str(server.model_dir), "0.0.0.0": "127.0.0.1"},
+                      {"/models/tiny-llama": str(server.model_dir), "0.0.0.0": "127.0.0.1",
+                       "${LLMD_DEMO_DTYPE:-bfloat16}": cpu_dtype()},  # the host's choice, as the compose comment says
                       flags={"--port": str(server.port)})
     assert host_program(argv) == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *server.args]
     env = service_env(compose, "vllm")
