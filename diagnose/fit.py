@@ -103,7 +103,7 @@ def ask_q1(ev: Evidence, th: Thresholds) -> Answer:
         # overload (the live test's 6 s window read 100% KV, 225 preemptions, 60 waiting); only
         # doubt (counter resets, disagreeing readings, impossible values) pulls it under the
         # headline's floor.
-        basis = min(r.conf("counters"), r.quality(Q.KV_USAGE_P95, Q.PREEMPTIONS, Q.WAITING_MEAN))
+        basis = r.capped(r.conf("counters"), Q.KV_USAGE_P95, Q.PREEMPTIONS, Q.WAITING_MEAN)
         sure_fit = weights is not None or fit_requests is not None
         if not sure_fit:
             basis *= r.conf("unseen_setting")

@@ -112,6 +112,14 @@ class Reading:
             q = min(q, th["confidence.short_window"])
         return q
 
+    def capped(self, base: float, *keys: str) -> float:
+        """`base` under the quality caps of `keys`, taken as ceilings (their documented meaning).
+
+        Only Q1's overload uses it so far; the other answers still multiply base by quality,
+        which turns a ceiling of 0.6 into 0.48 under a 0.8 base (see the closing note of stop 12).
+        """
+        return min(base, self.quality(*keys))
+
     def answer(self, question: str, title: str, answer: str, confidence: float, rationale: str,
                verdict: str = "") -> Answer:
         """The answer with everything this reading recorded. It lists as missing only what it
