@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,6 +32,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if REAL_ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_engine)
+
+
+ARTEFACTS_DIR = Path(__file__).resolve().parent.parent / ".test-artefacts"  # gitignored
+ARTEFACT_TAIL_LINES = 40  # of each events.jsonl / summary.txt, printed in the failure report
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A failed test's temporary folder is kept, and the report says where and shows its events.
+
+    pytest removes old temporary folders and CI's checkout is gone once it ends: the failure
+    report (what CI prints) is the only artefact that survives, so the run's own account goes in.
+    """
+    outcome = yield
+    report = outcome.get_result()
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.when != "call" or not report.failed or not isinstance(tmp, Path) or not tmp.is_dir():
+        return
+    kept = ARTEFACTS_DIR / item.nodeid.replace("/", "_").replace("::", "__")[:150]
+    shutil.rmtree(kept, ignore_errors=True)
+    shutil.copytree(tmp, kept, symlinks=True, dirs_exist_ok=True)
+    lines = [f"temporary folder kept at {kept}"]
+    for name in ("events.jsonl", "summary.txt"):
+        for f in sorted(kept.rglob(name)):
+            tail = f.read_text(encoding="utf-8", errors="replace").splitlines()[-ARTEFACT_TAIL_LINES:]
+            lines += [f"--- {f.relative_to(kept)} (last {len(tail)} lines)", *tail]
+    report.sections.append(("artefacts", "\n".join(lines)))
 
 
 @pytest.fixture(scope="session")

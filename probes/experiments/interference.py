@@ -3,7 +3,8 @@
 Timeline: `streams` decode streams start and run alone for `baseline_s` (their gaps after a
 short warm-up are the baseline); then one long prompt (one output token) at a time, every
 `inject_every_s` or as soon as the previous one has its token, alternating between the plan's
-prompt lengths, for `injection_s`. A prefill window runs from an injection's send to its first
+prompt lengths, for `injection_s`, and past it until `min_prefills` have their token while the
+time cap allows. A prefill window runs from an injection's send to its first
 token. A steady-stream gap that overlaps a prefill window is a gap "during prefill".
 
 - inflation = mean gap during prefills / mean baseline gap, with a bootstrap interval that
@@ -62,7 +63,8 @@ async def run_interference(ctx: ExperimentContext, plan: InterferencePlan, deadl
             if await driver.send(spec) is None:
                 return
 
-    async def inject(k: int) -> None:
+    async def inject(k: int) -> float | None:
+        """Send injection k; its prefill time (send to first token) if it completed cleanly."""
         n_tokens = plan.prompt_tokens[k % len(plan.prompt_tokens)]
         spec = RequestSpec(f"interference-inject-{k}", ctx.prompts.body(n_tokens, ctx.rng, ctx.endpoint), 1,
                            ctx.endpoint, "interference", "inject", tag=str(n_tokens), planned_prompt_tokens=n_tokens)
@@ -81,22 +83,30 @@ async def run_interference(ctx: ExperimentContext, plan: InterferencePlan, deadl
             if sent:
                 ctx.events.event("prefill-stopped", experiment="interference", request_id=spec.request_id)
             raise
-        if record is not None:
-            ctx.events.event("prefill-done", experiment="interference", request_id=spec.request_id,
-                             t_send=round(record.t_send, 7),
-                             t_first_token=None if record.ttft_s is None else round(record.t_send + record.ttft_s, 7),
-                             fault=None if record.fault is None else record.fault.value)
+        if record is None:
+            return None
+        ctx.events.event("prefill-done", experiment="interference", request_id=spec.request_id,
+                         t_send=round(record.t_send, 7),
+                         t_first_token=None if record.ttft_s is None else round(record.t_send + record.ttft_s, 7),
+                         fault=None if record.fault is None else record.fault.value)
+        return record.ttft_s if record.fault is None else None
+
+    completed: list[float] = []  # each clean prefill's time, send to first token
 
     async def injector(first: float, end: float) -> None:
         # One prompt at a time, the next no sooner than `inject_every_s` after the previous was
         # due: each prefill window then holds exactly one prefill, so the stall per prompt length
         # is that prompt's own, and a slow engine gets fewer injections rather than a pile-up.
+        # Past `end`, a slow engine still gets up to `min_prefills` completed ones, as long as
+        # the longest prefill seen so far would finish before the deadline.
         for k in range(plan.injections):
             due = max(first + k * plan.inject_every_s, time.perf_counter())
-            if due >= end:
+            if due >= end and (len(completed) >= plan.min_prefills
+                               or due + max(completed, default=0.0) >= deadline):
                 return
             await asyncio.sleep(due - time.perf_counter())
-            await inject(k)
+            if (prefill_s := await inject(k)) is not None:
+                completed.append(prefill_s)
 
     ctx.events.event("interference-baseline", experiment="interference", streams=plan.streams)
     for i in range(plan.streams):

@@ -64,13 +64,18 @@ class InterferencePlan:
     injection_s: float = 3.0
     inject_every_s: float = 0.4
     prompt_tokens: tuple[int, ...] = (768, 1536)  # alternated: does the stall grow with the prompt?
-    # baseline + injections + 4 s: room for the last prefill and for a late wake-up of the client
-    # on a busy host (the injection phase is timed from when it really starts).
-    time_cap_s: float = 9.0
+    # Injections go on past `injection_s` until this many prefills have their token (two per
+    # prompt length: a stall growth needs both), while the time cap allows. On a quiet 2-core
+    # AVX2 host (float32) a 1536-token prefill beside four streams took 1.3-1.4 s and a 768 one
+    # 0.55-0.67 s, four in 3.9 s; a fixed 3 s phase on a slower CI host completed a single one.
+    min_prefills: int = 4
+    # baseline + injections + room for the last prefill, for a slow engine's extra injections
+    # and for a late wake-up of the client on a busy host (the phase is timed from its real start).
+    time_cap_s: float = 12.0
 
     @property
     def injections(self) -> int:
-        return max(1, int(self.injection_s / self.inject_every_s))
+        return max(self.min_prefills, int(self.injection_s / self.inject_every_s))
 
     @property
     def requests(self) -> int:
@@ -81,7 +86,8 @@ class InterferencePlan:
         return (f"{self.streams} steady streams ({self.stream_prompt_tokens} prompt, up to {self.stream_output_tokens} "
                 f"output tokens, restarted up to {self.stream_restarts}x) for {self.baseline_s:.1f} s alone, then one "
                 f"prompt of {lengths} tokens (1 output token) at a time, at most every {self.inject_every_s:g} s, "
-                f"for {self.injection_s:.1f} s (up to {self.injections} injections)")
+                f"for {self.injection_s:.1f} s, or until {self.min_prefills} have their token (up to {self.injections} "
+                f"injections)")
 
 
 @dataclass(frozen=True)
