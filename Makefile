@@ -6,7 +6,7 @@ PYTHON ?= python3
 .PHONY: demo test install clean-venv
 
 demo: install
-	$(PY) -m diagnose demo
+	$(PY) -m llm_diagnose demo
 
 test: install
 	$(PY) -m pytest -q

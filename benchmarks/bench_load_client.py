@@ -8,7 +8,7 @@ token's send time (time.perf_counter_ns, CLOCK_MONOTONIC: the same clock in ever
 of the host) into the token text. Then, for each scenario, it runs each client in its own
 fresh process (`client ours` / `client vllm`), alternating, `--repeats` times:
 
-- ours: probes.load.StreamingClient.send;
+- ours: llm_diagnose.probes.load.StreamingClient.send;
 - vllm: vllm.benchmarks.lib.endpoint_request_func.async_request_openai_completions (the
   request function of `vllm bench serve`), with the session settings `vllm bench serve` uses.
 
@@ -57,11 +57,15 @@ def serve(port_file: str) -> None:
     except ImportError:
         pass
     clock_ns = time.perf_counter_ns
-    head = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-            b"Connection: keep-alive\r\n\r\n")
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+        b"Connection: keep-alive\r\n\r\n"
+    )
     prefix = b'data: {"id":"b","object":"text_completion","choices":[{"index":0,"text":"'
-    usage_tpl = (b'data: {"id":"b","choices":[],"usage":{"prompt_tokens":8,"completion_tokens":%d,'
-                 b'"total_tokens":%d}}\n\ndata: [DONE]\n\n')
+    usage_tpl = (
+        b'data: {"id":"b","choices":[],"usage":{"prompt_tokens":8,"completion_tokens":%d,'
+        b'"total_tokens":%d}}\n\ndata: [DONE]\n\n'
+    )
 
     def chunk(payload: bytes) -> bytes:
         return b"%x\r\n%s\r\n" % (len(payload), payload)
@@ -122,9 +126,10 @@ async def _harness(send, concurrency: int, n: int) -> list[tuple[bool, int, list
 
 
 async def _run_ours(url: str, concurrency: int, n: int, tokens: int, gap_ms: float):  # type: ignore[no-untyped-def]
-    from probes.load import RequestSpec, StreamingClient
+    from llm_diagnose.probes.load import RequestSpec, StreamingClient
 
     async with StreamingClient(url, "bench", max_streams=max(concurrency, 1024), keep_text=True) as client:
+
         async def send(i: int):  # type: ignore[no-untyped-def]
             spec = RequestSpec(f"r{i}", "hello", tokens, extra_body=(("x_gap_ms", gap_ms),))
             r = await client.send(spec)
@@ -139,14 +144,29 @@ async def _run_vllm(url: str, concurrency: int, n: int, tokens: int, gap_ms: flo
     from vllm.benchmarks.lib.endpoint_request_func import RequestFuncInput, async_request_openai_completions
 
     # The session `vllm bench serve` makes (vllm/benchmarks/serve.py).
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, ttl_dns_cache=300,
-                                     use_dns_cache=True, keepalive_timeout=60, enable_cleanup_closed=True,
-                                     force_close=False)
-    async with aiohttp.ClientSession(connector=connector, trust_env=True,
-                                     timeout=aiohttp.ClientTimeout(total=6 * 60 * 60)) as session:
+    connector = aiohttp.TCPConnector(
+        limit=concurrency,
+        limit_per_host=concurrency,
+        ttl_dns_cache=300,
+        use_dns_cache=True,
+        keepalive_timeout=60,
+        enable_cleanup_closed=True,
+        force_close=False,
+    )
+    async with aiohttp.ClientSession(
+        connector=connector, trust_env=True, timeout=aiohttp.ClientTimeout(total=6 * 60 * 60)
+    ) as session:
+
         async def send(i: int):  # type: ignore[no-untyped-def]
-            inp = RequestFuncInput(prompt="hello", api_url=url + "/v1/completions", prompt_len=8, output_len=tokens,
-                                   model="bench", ignore_eos=True, extra_body={"x_gap_ms": gap_ms})
+            inp = RequestFuncInput(
+                prompt="hello",
+                api_url=url + "/v1/completions",
+                prompt_len=8,
+                output_len=tokens,
+                model="bench",
+                ignore_eos=True,
+                extra_body={"x_gap_ms": gap_ms},
+            )
             out = await async_request_openai_completions(inp, session)
             arrivals = []
             if out.success:
@@ -166,7 +186,7 @@ def client(which: str, url: str, concurrency: int, n: int, tokens: int, gap_ms: 
     if which == "vllm":
         import vllm.benchmarks.lib.endpoint_request_func  # noqa: F401
     else:
-        import probes.load  # noqa: F401
+        import llm_diagnose.probes.load  # noqa: F401
     cpu0, t0 = time.process_time(), time.perf_counter()
     results = asyncio.run(run(url, concurrency, n, tokens, gap_ms))
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
@@ -176,13 +196,24 @@ def client(which: str, url: str, concurrency: int, n: int, tokens: int, gap_ms: 
     def q(p: float) -> float:
         return errors[min(len(errors) - 1, int(p * (len(errors) - 1)))] if errors else float("nan")
 
-    print(json.dumps({
-        "client": which, "ok": sum(ok for ok, _, _ in results), "requests": n, "tokens": received,
-        "wall_s": wall, "tokens_per_s": received / wall, "cpu_s": cpu,
-        "cpu_ms_per_1k_tokens": 1e6 * cpu / max(1, received),
-        "timed_tokens": len(errors), "error_p50_ms": q(0.5) * 1e3, "error_p99_ms": q(0.99) * 1e3,
-        "error_max_ms": errors[-1] * 1e3 if errors else float("nan"),
-    }))
+    print(
+        json.dumps(
+            {
+                "client": which,
+                "ok": sum(ok for ok, _, _ in results),
+                "requests": n,
+                "tokens": received,
+                "wall_s": wall,
+                "tokens_per_s": received / wall,
+                "cpu_s": cpu,
+                "cpu_ms_per_1k_tokens": 1e6 * cpu / max(1, received),
+                "timed_tokens": len(errors),
+                "error_p50_ms": q(0.5) * 1e3,
+                "error_p99_ms": q(0.99) * 1e3,
+                "error_max_ms": errors[-1] * 1e3 if errors else float("nan"),
+            }
+        )
+    )
 
 
 # --- orchestration -------------------------------------------------------------------------------------
@@ -201,8 +232,12 @@ def _start_server(tmp: Path) -> tuple[subprocess.Popen, str]:
 
 def _client_run(which: str, url: str, scenario: tuple) -> dict:  # type: ignore[type-arg]
     _, concurrency, n, tokens, gap = scenario
-    out = subprocess.run([sys.executable, __file__, "client", which, url, str(concurrency), str(n), str(tokens),
-                          str(gap)], capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, __file__, "client", which, url, str(concurrency), str(n), str(tokens), str(gap)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{which} client failed: {out.stderr[-800:]}")
@@ -230,15 +265,21 @@ def main(argv: list[str] | None = None) -> int:
                 for which in ("ours", "vllm"):
                     runs[which].append(_client_run(which, url, scenario))
             report["scenarios"][scenario[0]] = runs
-            print(f"\n{scenario[0]}: {scenario[1]} concurrent, {scenario[2]} requests x {scenario[3]} tokens, "
-                  f"gap {scenario[4]:g} ms (median of {args.repeats} runs)")
-            print(f"  {'client':<6} {'ok':>9} {'tokens/s':>10} {'CPU ms/1k tok':>14} {'err p50 ms':>11} "
-                  f"{'err p99 ms':>11} {'err max ms':>11}")
+            print(
+                f"\n{scenario[0]}: {scenario[1]} concurrent, {scenario[2]} requests x {scenario[3]} tokens, "
+                f"gap {scenario[4]:g} ms (median of {args.repeats} runs)"
+            )
+            print(
+                f"  {'client':<6} {'ok':>9} {'tokens/s':>10} {'CPU ms/1k tok':>14} {'err p50 ms':>11} "
+                f"{'err p99 ms':>11} {'err max ms':>11}"
+            )
             for which, rs in runs.items():
-                print(f"  {which:<6} {min(r['ok'] for r in rs):>4}/{rs[0]['requests']:<4} "
-                      f"{_median_of(rs, 'tokens_per_s'):>10.0f} {_median_of(rs, 'cpu_ms_per_1k_tokens'):>14.1f} "
-                      f"{_median_of(rs, 'error_p50_ms'):>11.2f} {_median_of(rs, 'error_p99_ms'):>11.2f} "
-                      f"{_median_of(rs, 'error_max_ms'):>11.1f}")
+                print(
+                    f"  {which:<6} {min(r['ok'] for r in rs):>4}/{rs[0]['requests']:<4} "
+                    f"{_median_of(rs, 'tokens_per_s'):>10.0f} {_median_of(rs, 'cpu_ms_per_1k_tokens'):>14.1f} "
+                    f"{_median_of(rs, 'error_p50_ms'):>11.2f} {_median_of(rs, 'error_p99_ms'):>11.2f} "
+                    f"{_median_of(rs, 'error_max_ms'):>11.1f}"
+                )
     finally:
         server.terminate()
         server.wait(10)

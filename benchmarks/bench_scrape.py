@@ -45,9 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from probes.http import get_text, make_session  # noqa: E402
-from probes.metrics import exposition  # noqa: E402
-from probes.metrics import parse_exposition  # noqa: E402
+from llm_diagnose.probes.http import get_text, make_session  # noqa: E402
+from llm_diagnose.probes.metrics import (
+    exposition,  # noqa: E402
+    parse_exposition,  # noqa: E402
+)
 
 DEFAULT_PAGE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metrics" / "vllm-0.32.0-cpu-real.txt"
 
@@ -55,7 +57,7 @@ DEFAULT_PAGE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "met
 # It prints "ready" once imported, and "on"/"off" once each signal has taken effect.
 SCRAPER_CODE = """
 import asyncio, signal, sys
-from probes.metrics import scrape_window
+from llm_diagnose.probes.metrics import scrape_window
 
 async def main():
     loop, state = asyncio.get_running_loop(), {}
@@ -92,8 +94,11 @@ def parse_cold(text: str) -> object:
     return parse_exposition(text)
 
 
-PARSERS = {"prometheus_client": prometheus_client_parse, "parse_exposition (warm)": parse_exposition,
-           "parse_exposition (cold)": parse_cold}
+PARSERS = {
+    "prometheus_client": prometheus_client_parse,
+    "parse_exposition (warm)": parse_exposition,
+    "parse_exposition (cold)": parse_cold,
+}
 
 
 def time_parsers(text: str, repeats: int) -> dict[str, dict[str, float]]:
@@ -113,11 +118,15 @@ def time_parsers(text: str, repeats: int) -> dict[str, dict[str, float]]:
 
 def print_parsers(figures: dict[str, dict[str, float]], page_bytes: int, where: str) -> None:
     base = figures["prometheus_client"]["median"]
-    print(f"parse one page ({page_bytes:,} bytes, {where}), median over {figures['prometheus_client']['n']} runs each, "
-          "side by side:")
+    print(
+        f"parse one page ({page_bytes:,} bytes, {where}), median over {figures['prometheus_client']['n']} runs each, "
+        "side by side:"
+    )
     for name, q in figures.items():
-        print(f"  {name:26s} median {q['median']:7.2f} ms (IQR {q['q1']:.2f}-{q['q3']:.2f}, min {q['min']:.2f})"
-              f"  {base / q['median']:5.1f}x")
+        print(
+            f"  {name:26s} median {q['median']:7.2f} ms (IQR {q['q1']:.2f}-{q['q3']:.2f}, min {q['min']:.2f})"
+            f"  {base / q['median']:5.1f}x"
+        )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -147,8 +156,13 @@ async def time_scrapes(url: str, n: int, server_pid: int | None) -> dict[str, di
         # CPU the API server spent per scrape (rendering the page), idle otherwise: a cost
         # that other processes on the machine cannot blur, unlike wall-clock throughput.
         cpu = (cpu_seconds(server_pid) - cpu0) * 1e3 / n if server_pid and cpu0 is not None else None
-    out = {"get_ms": quantiles(get_ms), "parse_ms": quantiles(parse_ms), "total_ms": quantiles(total_ms),
-           "prometheus_client_parse_ms": quantiles(pc_ms), "page_bytes": quantiles([float(s) for s in sizes])}
+    out = {
+        "get_ms": quantiles(get_ms),
+        "parse_ms": quantiles(parse_ms),
+        "total_ms": quantiles(total_ms),
+        "prometheus_client_parse_ms": quantiles(pc_ms),
+        "page_bytes": quantiles([float(s) for s in sizes]),
+    }
     out["parsers_on_last_page"] = time_parsers(answer.text, 100)
     if cpu is not None:
         out["server_cpu_ms_per_scrape"] = {"mean": cpu, "n": n}
@@ -166,8 +180,13 @@ async def workload(url: str, model: str, requests: int, concurrency: int, max_to
         nonlocal tokens
         while not queue.empty():
             i = queue.get_nowait()
-            body = {"model": model, "prompt": f"bench {i} " + " ".join(f"w{j}" for j in range(60)),
-                    "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0.0}
+            body = {
+                "model": model,
+                "prompt": f"bench {i} " + " ".join(f"w{j}" for j in range(60)),
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+                "temperature": 0.0,
+            }
             async with session.post(url + "/v1/completions", json=body) as resp:
                 resp.raise_for_status()
                 tokens += (await resp.json())["usage"]["completion_tokens"]
@@ -183,8 +202,13 @@ class Scraper:
 
     def __init__(self, url: str) -> None:
         env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-        self.proc = subprocess.Popen([sys.executable, "-c", SCRAPER_CODE, url + "/metrics"], env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SCRAPER_CODE, url + "/metrics"],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         self._expect("ready")
 
     def _expect(self, word: str) -> None:
@@ -242,15 +266,17 @@ def main() -> int:
         print_parsers(figures, len(text.encode()), args.page.name)
         print(f"load average (1 min) {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         if args.json:
-            args.json.write_text(json.dumps({"parsers": figures, "page": str(args.page),
-                                             "page_bytes": len(text.encode())}, indent=2))
+            args.json.write_text(
+                json.dumps({"parsers": figures, "page": str(args.page), "page_bytes": len(text.encode())}, indent=2)
+            )
         return 0
 
     server = None
     url = args.url
     if url is None:
-        from diagnose.demo.tiny_model import make_tiny_model
-        from diagnose.demo.vllm_server import VllmServer
+        from llm_diagnose.diagnose.demo.tiny_model import make_tiny_model
+        from llm_diagnose.diagnose.demo.vllm_server import VllmServer
+
         work = Path(tempfile.mkdtemp(prefix="bench-scrape-"))
         server = VllmServer(make_tiny_model(work / "model"), work)
         server.start()
@@ -266,7 +292,7 @@ def main() -> int:
         try:
             for i in range(args.pairs):  # --pairs 0: the scrape and parse figures only
                 tps = {}
-                for scraping in ((False, True) if i % 2 == 0 else (True, False)):  # A B, then B A, ...
+                for scraping in (False, True) if i % 2 == 0 else (True, False):  # A B, then B A, ...
                     tps[scraping] = run_arm(url, args.model, scraper, scraping, args)
                     results["with" if scraping else "without"].append(tps[scraping])
                 pairs.append((tps[False], tps[True]))
@@ -278,10 +304,12 @@ def main() -> int:
             server.stop()
 
     t = scrape["total_ms"]
-    print(f"scrape+parse one page ({scrape['page_bytes']['median']:.0f} bytes): median {t['median']:.2f} ms "
-          f"(IQR {t['q1']:.2f}-{t['q3']:.2f}; GET {scrape['get_ms']['median']:.2f}, "
-          f"parse {scrape['parse_ms']['median']:.2f}; prometheus_client's parser on the same pages "
-          f"{scrape['prometheus_client_parse_ms']['median']:.2f}) over {t['n']} scrapes")
+    print(
+        f"scrape+parse one page ({scrape['page_bytes']['median']:.0f} bytes): median {t['median']:.2f} ms "
+        f"(IQR {t['q1']:.2f}-{t['q3']:.2f}; GET {scrape['get_ms']['median']:.2f}, "
+        f"parse {scrape['parse_ms']['median']:.2f}; prometheus_client's parser on the same pages "
+        f"{scrape['prometheus_client_parse_ms']['median']:.2f}) over {t['n']} scrapes"
+    )
     print_parsers(scrape["parsers_on_last_page"], int(scrape["page_bytes"]["median"]), "the last scraped page")
     if not pairs:
         if args.json:
@@ -289,21 +317,35 @@ def main() -> int:
         return 0
     a, b = quantiles(results["without"]), quantiles(results["with"])
     diff, lo, hi = paired_change(pairs)
-    figures = {"scrape": scrape, "throughput_tok_s": {"without_scraper": results["without"],
-                                                        "with_scraper": results["with"],
-                                                        "without": a, "with": b},
-               "paired_change": {"median": diff, "ci95": [lo, hi]}, "within_noise": lo <= 0 <= hi,
-               "loadavg_1m_before_after": [load_before[0], os.getloadavg()[0]], "cpus": os.cpu_count(),
-               "workload": {"requests": args.requests, "concurrency": args.concurrency,
-                            "max_tokens": args.max_tokens, "pairs": args.pairs}}
+    figures = {
+        "scrape": scrape,
+        "throughput_tok_s": {
+            "without_scraper": results["without"],
+            "with_scraper": results["with"],
+            "without": a,
+            "with": b,
+        },
+        "paired_change": {"median": diff, "ci95": [lo, hi]},
+        "within_noise": lo <= 0 <= hi,
+        "loadavg_1m_before_after": [load_before[0], os.getloadavg()[0]],
+        "cpus": os.cpu_count(),
+        "workload": {
+            "requests": args.requests,
+            "concurrency": args.concurrency,
+            "max_tokens": args.max_tokens,
+            "pairs": args.pairs,
+        },
+    }
     if "server_cpu_ms_per_scrape" in scrape:
         cpu = scrape["server_cpu_ms_per_scrape"]["mean"]
         print(f"API-server CPU per scrape: {cpu:.1f} ms (a 1 s loop costs the server {cpu / 10:.1f}% of one core)")
     print(f"throughput without scraper: median {a['median']:.1f} tok/s (range {a['min']:.1f}-{a['max']:.1f})")
     print(f"throughput with 1 s scraper: median {b['median']:.1f} tok/s (range {b['min']:.1f}-{b['max']:.1f})")
-    print(f"throughput change with the scraper, median of {len(pairs)} pairs: {diff * 100:+.1f}% "
-          f"(95% interval {lo * 100:+.1f}% to {hi * 100:+.1f}%): "
-          f"{'within' if lo <= 0 <= hi else 'OUTSIDE'} the noise")
+    print(
+        f"throughput change with the scraper, median of {len(pairs)} pairs: {diff * 100:+.1f}% "
+        f"(95% interval {lo * 100:+.1f}% to {hi * 100:+.1f}%): "
+        f"{'within' if lo <= 0 <= hi else 'OUTSIDE'} the noise"
+    )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

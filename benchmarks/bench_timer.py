@@ -35,9 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from probes.results import Measurement  # noqa: E402
-from probes.timing import CpuTimer  # noqa: E402
-from probes.timing.core import busy_wait  # noqa: E402
+from llm_diagnose.probes.results import Measurement  # noqa: E402
+from llm_diagnose.probes.timing import CpuTimer  # noqa: E402
+from llm_diagnose.probes.timing.core import busy_wait  # noqa: E402
 
 WORKLOADS_S = (20e-6, 200e-6, 2e-3)
 
@@ -77,12 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     timers: dict[str, Callable[[Callable[[], None], float], tuple[float, float, int]]] = {
-        "llm-diagnose CpuTimer": with_llmd, "timeit (autorange + repeat)": with_timeit}
+        "llm-diagnose CpuTimer": with_llmd,
+        "timeit (autorange + repeat)": with_timeit,
+    }
     try:
         import torch  # noqa: F401
 
-        timers = {"llm-diagnose CpuTimer": with_llmd, "torch.utils.benchmark.Timer": with_torch,
-                  "timeit (autorange + repeat)": with_timeit}
+        timers = {
+            "llm-diagnose CpuTimer": with_llmd,
+            "torch.utils.benchmark.Timer": with_torch,
+            "timeit (autorange + repeat)": with_timeit,
+        }
     except ImportError:
         print("torch not installed: its column is skipped", file=sys.stderr)
 
@@ -96,11 +101,14 @@ def main(argv: list[str] | None = None) -> int:
                 cells.setdefault((label, name), []).append((median, spread, n, time.perf_counter() - t0))
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    lines = [f"CPU timers, {platform.machine()}, {os.cpu_count()} CPUs, load average {load}, Python "
-             f"{platform.python_version()}, budget {args.budget} s per measurement, {args.rounds} rounds "
-             "(median of rounds; worst round in brackets)",
-             "", "| workload | timer | reported per call | error vs known | samples | wall s |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"CPU timers, {platform.machine()}, {os.cpu_count()} CPUs, load average {load}, Python "
+        f"{platform.python_version()}, budget {args.budget} s per measurement, {args.rounds} rounds "
+        "(median of rounds; worst round in brackets)",
+        "",
+        "| workload | timer | reported per call | error vs known | samples | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
     for label, true, _fn in workloads:
         for name in timers:
             runs = cells[(label, name)]
@@ -129,18 +137,25 @@ def probe_overhead(budget: float) -> list[str]:
         import torch
         from transformers import DynamicCache, StaticCache
 
-        from probes.microbench.steps import StepBench, build_causal_lm
-        from probes.torch_probe import TorchProbe
+        from llm_diagnose.probes.microbench.steps import StepBench, build_causal_lm
+        from llm_diagnose.probes.torch_probe import TorchProbe
     except ImportError as exc:
         return ["", f"probe overhead: skipped ({exc})"]
     model = build_causal_lm("tiny")
     probe = TorchProbe(process_metrics=False)
     timer = CpuTimer(why="benchmark")
-    rows = ["", "PyTorch probe bookkeeping per forward (pre + post hook), CPU:", "",
-            "| what | median | 95% CI |", "|---|---|---|"]
+    rows = [
+        "",
+        "PyTorch probe bookkeeping per forward (pre + post hook), CPU:",
+        "",
+        "| what | median | 95% CI |",
+        "|---|---|---|",
+    ]
     ids = torch.ones(1, 512, dtype=torch.long)
-    for name, cache in (("dynamic KV cache, 512 tokens", DynamicCache(config=model.config)),
-                        ("static KV cache, 512 of 1024 slots", StaticCache(config=model.config, max_cache_len=1024))):
+    for name, cache in (
+        ("dynamic KV cache, 512 tokens", DynamicCache(config=model.config)),
+        ("static KV cache, 512 of 1024 slots", StaticCache(config=model.config, max_cache_len=1024)),
+    ):
         with torch.inference_mode():
             model(input_ids=ids, past_key_values=cache, use_cache=True)
         kwargs = {"input_ids": ids[:, :1], "past_key_values": cache}
@@ -148,6 +163,7 @@ def probe_overhead(budget: float) -> list[str]:
         def hooks(kwargs: dict = kwargs) -> None:
             probe._pre_forward(model, (), kwargs)
             probe._post_forward(model, (), kwargs, None)
+
         rows.append(f"| probe hooks, {name} | {_median_ci(timer.measure(hooks, budget_s=budget))} |")
     step = StepBench(model, timer=timer, budget_s=budget).decode(1, 512)
     rows.append(f"| tiny model decode step, batch 1, context 512 (for scale) | {_median_ci(step)} |")

@@ -34,15 +34,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probes.traces import analyze_trace  # noqa: E402
-from probes.traces.analysis import (BATCH_REQUESTS, BATCH_TOKENS, full_block_ids, hash_id_batch,  # noqa: E402
-                                    token_batch)
-from probes.traces.hashing import chained_block_hashes  # noqa: E402
-from probes.traces.prefix import PrefixAnalyzer  # noqa: E402
-from probes.traces.readers import read_hash_id_batches  # noqa: E402
-from probes.traces.records import LineLog  # noqa: E402
-from probes.traces.reference import reference_prefix_hits  # noqa: E402
-
+from llm_diagnose.probes.traces import analyze_trace  # noqa: E402
+from llm_diagnose.probes.traces.analysis import BATCH_REQUESTS, BATCH_TOKENS, full_block_ids, hash_id_batch, token_batch  # noqa: E402
+from llm_diagnose.probes.traces.hashing import chained_block_hashes  # noqa: E402
+from llm_diagnose.probes.traces.prefix import PrefixAnalyzer  # noqa: E402
+from llm_diagnose.probes.traces.readers import read_hash_id_batches  # noqa: E402
+from llm_diagnose.probes.traces.records import LineLog  # noqa: E402
+from llm_diagnose.probes.traces.reference import reference_prefix_hits  # noqa: E402
 
 
 def token_trace(total_tokens: int, seed: int = 0) -> list[np.ndarray]:
@@ -53,11 +51,19 @@ def token_trace(total_tokens: int, seed: int = 0) -> list[np.ndarray]:
     n = 0
     while n < total_tokens:
         if prompts and rng.random() < 0.2:
-            p = np.concatenate([prompts[-int(rng.integers(1, min(50, len(prompts)) + 1))],
-                                rng.integers(0, 128_000, int(rng.integers(50, 500)), dtype=np.uint32)])[:8000]
+            p = np.concatenate(
+                [
+                    prompts[-int(rng.integers(1, min(50, len(prompts)) + 1))],
+                    rng.integers(0, 128_000, int(rng.integers(50, 500)), dtype=np.uint32),
+                ]
+            )[:8000]
         else:
-            p = np.concatenate([prefixes[int(rng.integers(64))],
-                                rng.integers(0, 128_000, int(rng.integers(100, 3000)), dtype=np.uint32)])
+            p = np.concatenate(
+                [
+                    prefixes[int(rng.integers(64))],
+                    rng.integers(0, 128_000, int(rng.integers(100, 3000)), dtype=np.uint32),
+                ]
+            )
         prompts.append(p)
         n += len(p)
     return prompts
@@ -105,8 +111,9 @@ def fast_tokens(prompts: list[np.ndarray], block_size: int, capacity: int | None
 
 def fast_hash_ids(batches, capacity_blocks: int | None, structure: bool = False):
     """The analysis's prefix path on hash-id batches as the numpy reader makes them (columns)."""
-    an = PrefixAnalyzer(512, None if capacity_blocks is None else capacity_blocks * 512, small_ids=True,
-                        reuse_structure=structure)
+    an = PrefixAnalyzer(
+        512, None if capacity_blocks is None else capacity_blocks * 512, small_ids=True, reuse_structure=structure
+    )
     hits, lru = [], []
     for b in batches:
         r = an.add(*full_block_ids(b.hash_ids, b.counts, b.input_tokens))
@@ -119,7 +126,7 @@ def fast_hash_ids(batches, capacity_blocks: int | None, structure: bool = False)
 def fast_hash_id_lists(prompts: list[list[int]], batch_requests: int):
     """The same, from Python lists (what a caller holding json's lists would pass): flattened first."""
     an = PrefixAnalyzer(512, None, small_ids=True, reuse_structure=False)
-    parts = [prompts[lo:lo + batch_requests] for lo in range(0, len(prompts), batch_requests)]
+    parts = [prompts[lo : lo + batch_requests] for lo in range(0, len(prompts), batch_requests)]
     return np.concatenate([an.add(*hash_id_batch(part, [None] * len(part))).hit_blocks for part in parts])
 
 
@@ -169,9 +176,17 @@ def check(ref, fast_unlimited, fast_lru) -> None:
 def row(name, unit, work, ref, fast):
     """Rates from (wall, cpu) timings of the reference and the fast path."""
     (ref_wall, ref_cpu), (fast_wall, fast_cpu) = ref, fast
-    return {"case": name, "unit": unit, "work": work,
-            "reference_per_cpu_s": work / ref_cpu, "fast_per_cpu_s": work / fast_cpu, "speedup_cpu": ref_cpu / fast_cpu,
-            "reference_per_wall_s": work / ref_wall, "fast_per_wall_s": work / fast_wall, "speedup_wall": ref_wall / fast_wall}
+    return {
+        "case": name,
+        "unit": unit,
+        "work": work,
+        "reference_per_cpu_s": work / ref_cpu,
+        "fast_per_cpu_s": work / fast_cpu,
+        "speedup_cpu": ref_cpu / fast_cpu,
+        "reference_per_wall_s": work / ref_wall,
+        "fast_per_wall_s": work / fast_wall,
+        "speedup_wall": ref_wall / fast_wall,
+    }
 
 
 def bench_core(tokens: int, hash_requests: int, capacity_tokens: int, repeats: int) -> list[dict]:
@@ -181,18 +196,28 @@ def bench_core(tokens: int, hash_requests: int, capacity_tokens: int, repeats: i
     ntok = sum(len(p) for p in prompts)
     for cap in (None, capacity_tokens):
         t_ref, ref, t_fast, (u, lru) = side_by_side(
-            repeats, lambda: reference_prefix_hits(lists, 16, None if cap is None else cap // 16),
-            lambda: fast_tokens(prompts, 16, cap))
+            repeats,
+            lambda: reference_prefix_hits(lists, 16, None if cap is None else cap // 16),
+            lambda: fast_tokens(prompts, 16, cap),
+        )
         check(ref, u, lru)
         name = "token ids, block 16, unlimited cache" if cap is None else f"token ids, block 16, + LRU of {cap} tokens"
         rows.append(row(name, "prompt tokens/s", ntok, t_ref, t_fast))
         if cap is None:
             *t_full, _ = best_of(repeats, lambda: fast_tokens(prompts, 16, None, structure=True))
-            rows.append(row("  ... vectorised with groups and multi-turn too (reference: hits only)",
-                            "prompt tokens/s", ntok, t_ref, t_full))
+            rows.append(
+                row(
+                    "  ... vectorised with groups and multi-turn too (reference: hits only)",
+                    "prompt tokens/s",
+                    ntok,
+                    t_ref,
+                    t_full,
+                )
+            )
     # vLLM on CPU uses 128-token blocks: fewer blocks per token for both implementations.
-    t_ref, ref, t_fast, (u, _) = side_by_side(repeats, lambda: reference_prefix_hits(lists, 128, None),
-                                              lambda: fast_tokens(prompts, 128, None))
+    t_ref, ref, t_fast, (u, _) = side_by_side(
+        repeats, lambda: reference_prefix_hits(lists, 128, None), lambda: fast_tokens(prompts, 128, None)
+    )
     check(ref, u, None)
     rows.append(row("token ids, block 128, unlimited cache", "prompt tokens/s", ntok, t_ref, t_fast))
     ids = hash_id_trace(hash_requests)
@@ -204,18 +229,33 @@ def bench_core(tokens: int, hash_requests: int, capacity_tokens: int, repeats: i
     per_batch = max(b.requests for b in columns)
     for cap in (None, cap_blocks):
         t_ref, ref, t_fast, (u, lru) = side_by_side(
-            repeats, lambda: reference_prefix_hits(ids, 512, cap, hash_ids=True), lambda: fast_hash_ids(columns, cap))
+            repeats, lambda: reference_prefix_hits(ids, 512, cap, hash_ids=True), lambda: fast_hash_ids(columns, cap)
+        )
         check(ref, u, lru)
         name = "hash ids (Mooncake), unlimited cache" if cap is None else f"hash ids, + LRU of {cap * 512} tokens"
         rows.append(row(name, "requests/s", len(ids), t_ref, t_fast))
         if cap is None:
             *t_full, _ = best_of(repeats, lambda: fast_hash_ids(columns, None, structure=True))
-            rows.append(row("  ... vectorised with groups and multi-turn too (reference: hits only)",
-                            "requests/s", len(ids), t_ref, t_full))
+            rows.append(
+                row(
+                    "  ... vectorised with groups and multi-turn too (reference: hits only)",
+                    "requests/s",
+                    len(ids),
+                    t_ref,
+                    t_full,
+                )
+            )
             *t_lists, u = best_of(repeats, lambda: fast_hash_id_lists(ids, per_batch))
             check(ref, u, None)
-            rows.append(row("  ... vectorised from the same Python lists as the reference (flattened first)",
-                            "requests/s", len(ids), t_ref, t_lists))
+            rows.append(
+                row(
+                    "  ... vectorised from the same Python lists as the reference (flattened first)",
+                    "requests/s",
+                    len(ids),
+                    t_ref,
+                    t_lists,
+                )
+            )
     return rows
 
 
@@ -231,43 +271,79 @@ def bench_files(tokens: int, hash_requests: int, repeats: int = 3) -> list[dict]
 
         def ref_file(path, key, **kw):
             with open(path, "rb") as f:
-                return reference_prefix_hits((json.loads(line)[key] for line in f), 16 if key != "hash_ids" else 512, **kw)
+                return reference_prefix_hits(
+                    (json.loads(line)[key] for line in f), 16 if key != "hash_ids" else 512, **kw
+                )
 
-        t_ref, _, t_fast, _ = side_by_side(repeats, lambda: ref_file(tok_path, "prompt_token_ids"),
-                                           lambda: analyze_trace(tok_path))
-        rows.append(row("file, token-id JSONL: analyze_trace, all statistics (reference: json + hits only)",
-                        "prompt tokens/s", ntok, t_ref, t_fast))
+        t_ref, _, t_fast, _ = side_by_side(
+            repeats, lambda: ref_file(tok_path, "prompt_token_ids"), lambda: analyze_trace(tok_path)
+        )
+        rows.append(
+            row(
+                "file, token-id JSONL: analyze_trace, all statistics (reference: json + hits only)",
+                "prompt tokens/s",
+                ntok,
+                t_ref,
+                t_fast,
+            )
+        )
         mc_path = Path(tmp) / "mooncake.jsonl"
         write_mooncake(mc_path, hash_id_trace(hash_requests, seed=1))
         t_ref, ref, t_fast, (u, _) = side_by_side(
-            repeats, lambda: ref_file(mc_path, "hash_ids", hash_ids=True),
-            lambda: fast_hash_ids(read_hash_id_batches(str(mc_path), LineLog("", False)), None))
+            repeats,
+            lambda: ref_file(mc_path, "hash_ids", hash_ids=True),
+            lambda: fast_hash_ids(read_hash_id_batches(str(mc_path), LineLog("", False)), None),
+        )
         check(ref, u, None)
-        rows.append(row("file, Mooncake JSONL: numpy reader + hits (reference: json + hits)",
-                        "requests/s", hash_requests, t_ref, t_fast))
+        rows.append(
+            row(
+                "file, Mooncake JSONL: numpy reader + hits (reference: json + hits)",
+                "requests/s",
+                hash_requests,
+                t_ref,
+                t_fast,
+            )
+        )
         *t_fast, _ = best_of(repeats, lambda: analyze_trace(mc_path))
-        rows.append(row("file, Mooncake JSONL: analyze_trace, all statistics (reference: json + hits only)",
-                        "requests/s", hash_requests, t_ref, t_fast))
+        rows.append(
+            row(
+                "file, Mooncake JSONL: analyze_trace, all statistics (reference: json + hits only)",
+                "requests/s",
+                hash_requests,
+                t_ref,
+                t_fast,
+            )
+        )
     return rows
 
 
 def bench_memory(path: str, capacity_tokens: int | None) -> dict:
     # The child reports its own peak (VmHWM): a forked child's rusage would also count the pages
     # of this process (its in-memory traces) that it shared until exec.
-    code = ("import sys, time; sys.path.insert(0, %r)\n"
-            "from probes.traces import analyze_trace\n"
-            "t = time.perf_counter(); a = analyze_trace(%r, kv_capacity_tokens=%r)\n"
-            "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
-            "print(a.requests, time.perf_counter() - t, a.prefix_reuse.token_fraction, hwm)\n"
-            % (str(Path(__file__).resolve().parents[1]), path, capacity_tokens))
+    code = (
+        "import sys, time; sys.path.insert(0, %r)\n"
+        "from llm_diagnose.probes.traces import analyze_trace\n"
+        "t = time.perf_counter(); a = analyze_trace(%r, kv_capacity_tokens=%r)\n"
+        "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+        "print(a.requests, time.perf_counter() - t, a.prefix_reuse.token_fraction, hwm)\n"
+        % (str(Path(__file__).resolve().parents[1]), path, capacity_tokens)
+    )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     requests, seconds, fraction, peak_kib = int(out[0]), float(out[1]), float(out[2]), int(out[3])
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return {"trace": path, "requests": requests, "capacity_tokens": capacity_tokens, "seconds": seconds,
-            "cpu_seconds": cpu, "requests_per_s": requests / seconds, "requests_per_cpu_s": requests / cpu,
-            "token_fraction": fraction, "peak_rss_mib": peak_kib / 1024}
+    return {
+        "trace": path,
+        "requests": requests,
+        "capacity_tokens": capacity_tokens,
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "requests_per_s": requests / seconds,
+        "requests_per_cpu_s": requests / cpu,
+        "token_fraction": fraction,
+        "peak_rss_mib": peak_kib / 1024,
+    }
 
 
 def main(argv=None) -> int:
@@ -290,16 +366,20 @@ def main(argv=None) -> int:
     print("| case | unit | pure Python (per CPU s) | vectorised (per CPU s) | speedup (CPU) | speedup (wall) |")
     print("|---|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['case']} | {r['unit']} | {r['reference_per_cpu_s']:,.0f} | {r['fast_per_cpu_s']:,.0f} | "
-              f"{r['speedup_cpu']:.1f}x | {r['speedup_wall']:.1f}x |")
+        print(
+            f"| {r['case']} | {r['unit']} | {r['reference_per_cpu_s']:,.0f} | {r['fast_per_cpu_s']:,.0f} | "
+            f"{r['speedup_cpu']:.1f}x | {r['speedup_wall']:.1f}x |"
+        )
     memory = []
     if args.memory_trace:
         for cap in (None, args.capacity_tokens):
             m = bench_memory(args.memory_trace, cap)
             memory.append(m)
-            print(f"memory: {m['requests']:,} requests, LRU {cap}: peak RSS {m['peak_rss_mib']:.0f} MiB, "
-                  f"{m['seconds']:.0f} s wall, {m['cpu_seconds']:.0f} s CPU ({m['requests_per_cpu_s']:,.0f} requests "
-                  f"per CPU second end to end), unlimited-cache share {m['token_fraction']:.4f}")
+            print(
+                f"memory: {m['requests']:,} requests, LRU {cap}: peak RSS {m['peak_rss_mib']:.0f} MiB, "
+                f"{m['seconds']:.0f} s wall, {m['cpu_seconds']:.0f} s CPU ({m['requests_per_cpu_s']:,.0f} requests "
+                f"per CPU second end to end), unlimited-cache share {m['token_fraction']:.4f}"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps({"cpus": cpus, "rows": rows, "memory": memory}, indent=2))
     return 0

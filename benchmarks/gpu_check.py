@@ -4,7 +4,7 @@
     python benchmarks/gpu_check.py --device cpu --quick      # dry run of the same code on CPU
 
 Builds nothing and downloads nothing: the kernels are torch ops and the model is a Llama shape
-created in-process with random weights (`probes.microbench.steps.MODEL_PRESETS["gpu-small"]`,
+created in-process with random weights (`llm_diagnose.probes.microbench.steps.MODEL_PRESETS["gpu-small"]`,
 0.87 B parameters, 1.7 GB bf16). Sections:
 
 1. timers on known kernels: the timing core's CUDA-graph timer against eager CUDA-event timing
@@ -32,11 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from probes.microbench import Grid, run_microbench  # noqa: E402
-from probes.microbench.ceilings import default_sizes, measure_matmul, measure_memcpy  # noqa: E402
-from probes.microbench.steps import StepBench, build_causal_lm  # noqa: E402
-from probes.results import Measurement  # noqa: E402
-from probes.timing import CpuTimer, CudaGraphTimer, EagerCudaTimer, cuda_status, select_timer  # noqa: E402
+from llm_diagnose.probes.microbench import Grid, run_microbench  # noqa: E402
+from llm_diagnose.probes.microbench.ceilings import default_sizes, measure_matmul, measure_memcpy  # noqa: E402
+from llm_diagnose.probes.microbench.steps import StepBench, build_causal_lm  # noqa: E402
+from llm_diagnose.probes.results import Measurement  # noqa: E402
+from llm_diagnose.probes.timing import CpuTimer, CudaGraphTimer, EagerCudaTimer, cuda_status, select_timer  # noqa: E402
 
 DEADLINE_S = 270  # stop starting new sections past this: the whole check stays under 5 minutes
 BUDGET_S = 0.3
@@ -90,6 +90,7 @@ def triton_timers() -> tuple[dict[str, Callable[[Callable[[], object]], float]],
                 return float(fn(kernel, rep=100, return_mode="median")) / 1e3
             except TypeError:  # older triton: no return_mode
                 return float(fn(kernel, rep=100)) / 1e3
+
         return run
 
     return {"triton do_bench": bench(do_bench), "triton do_bench_cudagraph": bench(do_bench_cudagraph)}, ""
@@ -116,10 +117,15 @@ def section_timers(rep: Report, device: str, quick: bool) -> None:
         (f"matmul {n}^3 bf16 (compute-bound)", lambda: torch.mm(a, a, out=out), 2.0 * n**3, "FLOP/s"),
         ("copy 16 MiB (fits L2)", lambda: s_dst.copy_(s_src), 2.0 * small, "B/s"),
     ]
-    ours: dict[str, object] = ({"timing core: CUDA graph": CudaGraphTimer(why="gpu_check"),
-                                "timing core: CUDA graph, cold L2": CudaGraphTimer(l2="cold", why="gpu_check"),
-                                "eager CUDA events": EagerCudaTimer(why="gpu_check")}
-                               if cuda else {"timing core: CPU": CpuTimer(why="gpu_check dry run")})
+    ours: dict[str, object] = (
+        {
+            "timing core: CUDA graph": CudaGraphTimer(why="gpu_check"),
+            "timing core: CUDA graph, cold L2": CudaGraphTimer(l2="cold", why="gpu_check"),
+            "eager CUDA events": EagerCudaTimer(why="gpu_check"),
+        }
+        if cuda
+        else {"timing core: CPU": CpuTimer(why="gpu_check dry run")}
+    )
     others, why_not = triton_timers() if cuda else ({}, "no CUDA")
     rep.add("| kernel | timer | median | 95% CI of median | rate | samples x calls |")
     rep.add("|---|---|---|---|---|---|")
@@ -132,8 +138,10 @@ def section_timers(rep: Report, device: str, quick: bool) -> None:
             results[(label, name)] = m.value
             rate = f"{work / m.value:.4g} {unit}" if work else "-"
             flag = " (!)" if m.warnings else ""
-            rep.add(f"| {label} | {name} ({m.provenance.method}){flag} | {fmt_s(m.value)} | {ci(m)} | {rate} "
-                    f"| {m.n} x {m.calls_per_sample} |")
+            rep.add(
+                f"| {label} | {name} ({m.provenance.method}){flag} | {fmt_s(m.value)} | {ci(m)} | {rate} "
+                f"| {m.n} x {m.calls_per_sample} |"
+            )
         for name, run in others.items():
             value = run(fn)
             results[(label, name)] = value
@@ -144,17 +152,26 @@ def section_timers(rep: Report, device: str, quick: bool) -> None:
     if cuda:
         launch, copy, mm, l2 = (k[0] for k in kernels)
         g, e = "timing core: CUDA graph", "eager CUDA events"
-        rep.check("graph removes launch overhead", results[(launch, g)] < results[(launch, e)],
-                  f"add_: graph {fmt_s(results[(launch, g)])} vs eager {fmt_s(results[(launch, e)])}")
+        rep.check(
+            "graph removes launch overhead",
+            results[(launch, g)] < results[(launch, e)],
+            f"add_: graph {fmt_s(results[(launch, g)])} vs eager {fmt_s(results[(launch, e)])}",
+        )
         for k in (copy, mm):
             ratio = results[(k, g)] / results[(k, e)]
             rep.check(f"graph agrees with eager on {k.split(' (')[0]}", 0.8 < ratio < 1.25, f"graph/eager {ratio:.3f}")
             if (k, "triton do_bench") in results:
                 ratio = results[(k, g)] / results[(k, "triton do_bench")]
-                rep.check(f"graph agrees with do_bench on {k.split(' (')[0]}", 0.8 < ratio < 1.25,
-                          f"graph/do_bench {ratio:.3f}")
-        rep.check("cold L2 is not faster than warm", results[(l2, g + ", cold L2")] >= 0.9 * results[(l2, g)],
-                  f"16 MiB copy: cold {fmt_s(results[(l2, g + ', cold L2')])} vs warm {fmt_s(results[(l2, g)])}")
+                rep.check(
+                    f"graph agrees with do_bench on {k.split(' (')[0]}",
+                    0.8 < ratio < 1.25,
+                    f"graph/do_bench {ratio:.3f}",
+                )
+        rep.check(
+            "cold L2 is not faster than warm",
+            results[(l2, g + ", cold L2")] >= 0.9 * results[(l2, g)],
+            f"16 MiB copy: cold {fmt_s(results[(l2, g + ', cold L2')])} vs warm {fmt_s(results[(l2, g)])}",
+        )
 
 
 def section_ceilings(rep: Report, device: str, quick: bool) -> None:
@@ -176,10 +193,18 @@ def section_model(rep: Report, device: str, quick: bool) -> None:
     model = build_causal_lm(preset, device=device, dtype=torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
     rep.add(f"model: preset {preset!r}, {params / 1e6:.1f} M parameters, bf16, built in {time.monotonic() - t:.1f} s\n")
-    grid = (Grid(batches=(1, 8, 32, 64), contexts=(512, 2048), prompts=(128, 512, 2048), mixed_decodes=16,
-                 mixed_chunk=256, mixed_context=512)
-            if device == "cuda" and not quick else
-            Grid(batches=(1, 4), contexts=(64,), prompts=(64,), mixed_decodes=4, mixed_chunk=32))
+    grid = (
+        Grid(
+            batches=(1, 8, 32, 64),
+            contexts=(512, 2048),
+            prompts=(128, 512, 2048),
+            mixed_decodes=16,
+            mixed_chunk=256,
+            mixed_context=512,
+        )
+        if device == "cuda" and not quick
+        else Grid(batches=(1, 4), contexts=(64,), prompts=(64,), mixed_decodes=4, mixed_chunk=32)
+    )
     report = run_microbench(model, grid, budget_s=BUDGET_S, name=preset)
     rep.add(report.table())
     if report.mixed_ratio is not None:
@@ -191,17 +216,25 @@ def section_model(rep: Report, device: str, quick: bool) -> None:
             e = eager.decode(batch, ctx)
             g = report.decode(batch, ctx)
             assert g is not None
-            rep.add(f"\ndecode batch {batch}, context {ctx}: graph {fmt_s(g.latency.value)} "
-                    f"({g.latency.provenance.method}) vs eager {fmt_s(e.value)}: the host adds "
-                    f"{fmt_s(max(e.value - g.latency.value, 0.0))} per step when launches are not hidden")
+            rep.add(
+                f"\ndecode batch {batch}, context {ctx}: graph {fmt_s(g.latency.value)} "
+                f"({g.latency.provenance.method}) vs eager {fmt_s(e.value)}: the host adds "
+                f"{fmt_s(max(e.value - g.latency.value, 0.0))} per step when launches are not hidden"
+            )
         b1 = report.decode(grid.batches[0], ctx)
         assert b1 is not None and b1.floor is not None
         rep.check("decode at batch 1 is memory-bound", b1.floor.bound == "memory", f"floor {fmt_s(b1.floor.seconds)}")
-        rep.check("steps are above their floors", all(s.floor is None or s.latency.value >= 0.9 * s.floor.seconds
-                                                      for s in report.steps), "latency >= 0.9 x floor for every step")
+        rep.check(
+            "steps are above their floors",
+            all(s.floor is None or s.latency.value >= 0.9 * s.floor.seconds for s in report.steps),
+            "latency >= 0.9 x floor for every step",
+        )
         graphs = sum(s.latency.provenance.method == "cuda-graph-replay" for s in report.steps)
-        rep.check("model steps were graph-captured", graphs == len(report.steps),
-                  f"{graphs} of {len(report.steps)} (the rest fell back to eager events; see the timer notes)")
+        rep.check(
+            "model steps were graph-captured",
+            graphs == len(report.steps),
+            f"{graphs} of {len(report.steps)} (the rest fell back to eager events; see the timer notes)",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,8 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     rep.add(f"- device: {device}: {why}")
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        rep.add(f"- {props.name}: {props.total_memory / 2**30:.0f} GiB, {props.multi_processor_count} SMs, "
-                f"L2 {getattr(props, 'L2_cache_size', 0) / 2**20:.0f} MiB")
+        rep.add(
+            f"- {props.name}: {props.total_memory / 2**30:.0f} GiB, {props.multi_processor_count} SMs, "
+            f"L2 {getattr(props, 'L2_cache_size', 0) / 2**20:.0f} MiB"
+        )
         rep.add(f"- timer selected for auto: {select_timer('auto').name}")
     elif args.device == "cuda" or not ok:
         rep.add(f"- no CUDA here: the CUDA path was not taken ({why}); this is a dry run on CPU")

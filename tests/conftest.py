@@ -15,16 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.demo.tiny_model import RECIPE_VERSION, make_tiny_model
-from diagnose.demo.vllm_server import VllmServer, vllm_available
+from llm_diagnose.diagnose.demo.tiny_model import RECIPE_VERSION, make_tiny_model
+from llm_diagnose.diagnose.demo.vllm_server import VllmServer, vllm_available
 
 REAL_ENGINE_FIXTURES = {"vllm_server", "vllm_server_factory"}
 MAX_LIVE_SERVERS = 2  # each idle vLLM CPU server still polls (~0.15 core): keep few alive on 2 cores
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "real_engine: runs against a real vLLM / transformers server on loopback")
+    config.addinivalue_line("markers", "real_engine: runs against a real vLLM / transformers server on loopback")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -70,8 +69,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_server_factory(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-                        ) -> Iterator[Callable[..., VllmServer]]:
+def vllm_server_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., VllmServer]]:
     """`get(**flags)`: a ready VllmServer for these keyword arguments, shared per session.
 
     The flags are VllmServer's keyword arguments (`max_model_len`, `prefix_caching`,
@@ -83,8 +83,11 @@ def vllm_server_factory(request: pytest.FixtureRequest, tmp_path_factory: pytest
     tiny_model_dir = request.getfixturevalue("tiny_model_dir")  # only once vLLM is known good
     servers: dict[str, VllmServer] = {}
     # Defaults are filled in so that get() and get(prefix_caching=True) share one server.
-    defaults = {name: p.default for name, p in inspect.signature(VllmServer).parameters.items()
-                if p.default is not inspect.Parameter.empty}
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(VllmServer).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
 
     def get(**flags: object) -> VllmServer:
         flags = {**defaults, "model_dir": tiny_model_dir, **flags}

@@ -6,8 +6,8 @@ floats and ints become Measurements, bools and strings Facts, None a NotMeasured
 
 from __future__ import annotations
 
-from diagnose.evidence import Evidence, Target
-from probes.results import Fact, Measurement, NotMeasured, Provenance
+from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Provenance
 
 PROV = Provenance(method="hand-built", source="test", taken_at="2026-12-02T00:00:00.000+00:00")
 
@@ -28,7 +28,9 @@ def build(items: dict | None = None, **kw) -> Evidence:
     return Evidence(
         Target(url="test://hand-built"),
         {k: result(v) for k, v in merged.items()},
-        created_at="2026-12-02T00:00:00.000+00:00", tool="test", host="test",
+        created_at="2026-12-02T00:00:00.000+00:00",
+        tool="test",
+        host="test",
     )
 
 

@@ -12,19 +12,27 @@ import math
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from diagnose.capacity import (
-    EngineLimits, SimRequest, StepModel, at_rate, fit_step_model, plan_capacity, predict_goodput, replicas_needed,
+from llm_diagnose.diagnose.capacity import (
+    EngineLimits,
+    SimRequest,
+    StepModel,
+    at_rate,
+    fit_step_model,
+    plan_capacity,
+    predict_goodput,
+    replicas_needed,
     simulate,
 )
-from diagnose.capacity.fit import replay_error
-from diagnose.cli import main
-from diagnose.report import capacity as report_capacity
-from diagnose.slo import SLO, Objective
-from probes.experiments.goodput import GoodputPlan, RateSearch, Trial, plan_goodput
-from probes.load.budget import ActiveBudget
-from probes.load.records import RequestRecord
+from llm_diagnose.diagnose.capacity.fit import replay_error
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.report import capacity as report_capacity
+from llm_diagnose.diagnose.tree.slo import SLO, Objective
+from llm_diagnose.probes.experiments.goodput import GoodputPlan, RateSearch, Trial, plan_goodput
+from llm_diagnose.probes.load.budget import ActiveBudget
+from llm_diagnose.probes.load.records import RequestRecord
 
 MODEL = StepModel(fixed_s=0.002, per_seq_s=0.0005, per_prefill_token_s=2e-6, request_overhead_s=0.004)
 LIMITS = EngineLimits(max_num_seqs=64, max_batched_tokens=2048, kv_capacity_tokens=None, block_size=16)
@@ -96,10 +104,23 @@ def _records_from(result, t0: float = 100.0) -> list[RequestRecord]:
         times = [o.ttft_s]
         for g in o.gaps_s:
             times.append(times[-1] + g)
-        out.append(RequestRecord(request_id=f"sim-{i}", experiment="cal", phase="p", tag="", endpoint="completions",
-                                 t_send=t0 + o.request.arrival_s, t_send_wall=0.0, event_times=tuple(times),
-                                 t_end=times[-1], http_status=200, prompt_tokens=o.request.prompt_tokens,
-                                 completion_tokens=o.request.output_tokens, finish_reason="length"))
+        out.append(
+            RequestRecord(
+                request_id=f"sim-{i}",
+                experiment="cal",
+                phase="p",
+                tag="",
+                endpoint="completions",
+                t_send=t0 + o.request.arrival_s,
+                t_send_wall=0.0,
+                event_times=tuple(times),
+                t_end=times[-1],
+                http_status=200,
+                prompt_tokens=o.request.prompt_tokens,
+                completion_tokens=o.request.output_tokens,
+                finish_reason="length",
+            )
+        )
     return out
 
 
@@ -127,8 +148,12 @@ def test_one_level_slowed_by_the_host_does_not_drag_the_fit():
     for k, rate in enumerate((5.0, 10.0, 20.0, 40.0, 80.0)):
         level = _records_from(simulate(at_rate(_mixed(16), rate, seed=k), MODEL, LIMITS), t0=100.0 * (k + 1))
         slow = 5.0 if k == 2 else 1.0
-        records += [replace(r, request_id=f"level{k}-{i}", event_times=tuple(t * slow for t in r.event_times),
-                            t_end=r.t_end * slow) for i, r in enumerate(level)]
+        records += [
+            replace(
+                r, request_id=f"level{k}-{i}", event_times=tuple(t * slow for t in r.event_times), t_end=r.t_end * slow
+            )
+            for i, r in enumerate(level)
+        ]
     fitted = fit_step_model(records, LIMITS)
     probe = at_rate(_mixed(60), 30.0, seed=9)
     true_e2e = sorted(simulate(probe, MODEL, LIMITS).values()["e2e"])
@@ -212,10 +237,10 @@ _PLAN_ITEMS = _items(30, prompt=512, out=16, groups=3)
 @settings(max_examples=8, deadline=None)
 @given(target=st.floats(1.0, 300.0))
 def test_plan_is_monotone_in_the_target_rate(target):
-    low = plan_capacity(_PLAN_ITEMS, MODEL, LIMITS, SLO_TTFT, target, tensor_parallel=2,
-                        techniques=("prefix-caching",))
-    high = plan_capacity(_PLAN_ITEMS, MODEL, LIMITS, SLO_TTFT, target * 2, tensor_parallel=2,
-                         techniques=("prefix-caching",))
+    low = plan_capacity(_PLAN_ITEMS, MODEL, LIMITS, SLO_TTFT, target, tensor_parallel=2, techniques=("prefix-caching",))
+    high = plan_capacity(
+        _PLAN_ITEMS, MODEL, LIMITS, SLO_TTFT, target * 2, tensor_parallel=2, techniques=("prefix-caching",)
+    )
     for s_low, s_high in zip(low.scenarios, high.scenarios):
         assert s_low.goodput_rps == s_high.goodput_rps  # per-replica goodput does not depend on the target
         assert s_low.replicas <= s_high.replicas <= 2 * s_low.replicas
@@ -225,8 +250,9 @@ def test_plan_is_monotone_in_the_target_rate(target):
 def test_plan_projects_prefix_caching_and_kv_quantization_with_their_assumptions():
     limits = EngineLimits(64, 2048, 8192, 16, prefix_caching=False, source="test")
     items = _items(40, prompt=1024, out=64, groups=2)
-    plan = plan_capacity(items, MODEL, limits, SLO_TTFT, 50.0,
-                         techniques=("prefix-caching", "quantization", "speculative-decoding"))
+    plan = plan_capacity(
+        items, MODEL, limits, SLO_TTFT, 50.0, techniques=("prefix-caching", "quantization", "speculative-decoding")
+    )
     by = {s.name: s for s in plan.scenarios}
     assert set(by) == {"today", "prefix-caching", "kv-quantization"}
     assert by["prefix-caching"].goodput_rps > by["today"].goodput_rps  # shared 1 KiB prefixes, prefill-heavy
@@ -253,7 +279,7 @@ def test_report_sections_escape_and_draw_the_plan():
 
 
 def test_every_report_format_carries_the_plan_of_its_run_folder(tmp_path, capsys):
-    from diagnose.report.capacity import PLAN_FILE
+    from llm_diagnose.diagnose.report.capacity import PLAN_FILE
     from tests.evidence_builders import build
 
     (tmp_path / "evidence.json").write_text(build().to_json())
@@ -277,7 +303,7 @@ def test_cli_plan_without_slo_is_a_usage_error(tmp_path, capsys):
 
 
 def test_validation_states_zero_error_for_the_true_model_and_more_for_a_wrong_one():
-    from diagnose.capacity import validate_model
+    from llm_diagnose.diagnose.capacity import validate_model
 
     records = _records_from(simulate(at_rate(_mixed(40), 40.0, seed=5), MODEL, LIMITS))
     exact = validate_model(MODEL, LIMITS, {"trial": records})

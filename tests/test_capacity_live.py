@@ -29,16 +29,23 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.capacity import items_from_trace
-from diagnose.capacity.goodput import slo_judge
-from diagnose.cli import main
-from diagnose.runfolder import REQUESTS
-from diagnose.slo import SLO, Objective
-from probes.experiments.goodput import plan_goodput, run_goodput_search
-from probes.load import ActiveBudget, BudgetGuard, ClosedLoop, Driver, JsonlWriter, PoissonArrivals, StreamingClient
-from probes.load.prompts import calibrate_prompts
-from probes.load.records import read_records
-from probes.load.replay import load_trace, trace_workload
+from llm_diagnose.diagnose.capacity import items_from_trace
+from llm_diagnose.diagnose.capacity.goodput import slo_judge
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.runfolder import REQUESTS
+from llm_diagnose.diagnose.tree.slo import SLO, Objective
+from llm_diagnose.probes.experiments.goodput import plan_goodput, run_goodput_search
+from llm_diagnose.probes.load import (
+    ActiveBudget,
+    BudgetGuard,
+    ClosedLoop,
+    Driver,
+    JsonlWriter,
+    PoissonArrivals,
+    StreamingClient,
+)
+from llm_diagnose.probes.load.prompts import calibrate_prompts
+from llm_diagnose.probes.load.replay import load_trace, trace_workload
 
 # Measured / predicted goodput must lie within [1/10, 10]: the live search's bracket around the
 # prediction (--search-span 10). That bound catches a broken model (a unit slip, a cost on the wrong
@@ -61,8 +68,14 @@ def write_trace(path: Path, kind: str, n: int = 24, seed: int = 0) -> Path:
     rows = []
     for i in range(n):
         if kind == "shared-prefix":
-            rows.append({"timestamp": i * 100, "input_length": 576, "output_length": rng.randint(16, 48),
-                         "hash_ids": [1000 * (i % 3), 50_000 + i]})
+            rows.append(
+                {
+                    "timestamp": i * 100,
+                    "input_length": 576,
+                    "output_length": rng.randint(16, 48),
+                    "hash_ids": [1000 * (i % 3), 50_000 + i],
+                }
+            )
         else:
             out = int(min(600, max(4, 40 * math.exp(rng.gauss(0.0, 1.0)))))  # CV about 1.3
             rows.append({"timestamp": i * 100, "input_length": 512, "output_length": out, "hash_ids": [70_000 + i]})
@@ -87,16 +100,23 @@ async def _calibrate(url: str, trace: tuple, out: Path) -> SLO:
             await warm_up.run(trace_workload(trace, prompts, pacing=ClosedLoop(len(trace))))
         with JsonlWriter(out / REQUESTS) as writer:
             driver = Driver(client, BudgetGuard(ActiveBudget(300, 120)), writer)
-            alone = await driver.run(trace_workload(trace[:CALIBRATION_ALONE], prompts, pacing=ClosedLoop(1),
-                                                    name="cal1", experiment="calibration"))
+            alone = await driver.run(
+                trace_workload(
+                    trace[:CALIBRATION_ALONE], prompts, pacing=ClosedLoop(1), name="cal1", experiment="calibration"
+                )
+            )
             floor = _median_e2e(alone)
             for k, rate in enumerate(CALIBRATION_RATES):
-                level = await driver.run(trace_workload(trace, prompts, pacing=PoissonArrivals(rate, 100 + k),
-                                                        name=f"ramp{k}", experiment="calibration"))
+                level = await driver.run(
+                    trace_workload(
+                        trace, prompts, pacing=PoissonArrivals(rate, 100 + k), name=f"ramp{k}", experiment="calibration"
+                    )
+                )
                 if _median_e2e(level) > RAMP_STOP * floor:
                     break  # the queue built up: the model now has seen both sides of the knee
-            burst = await driver.run(trace_workload(trace, prompts, pacing=ClosedLoop(len(trace)), name="burst",
-                                                    experiment="calibration"))
+            burst = await driver.run(
+                trace_workload(trace, prompts, pacing=ClosedLoop(len(trace)), name="burst", experiment="calibration")
+            )
     limit = math.sqrt(floor * _median_e2e(burst))
     assert _median_e2e(burst) > 1.5 * floor, (floor, _median_e2e(burst))  # else the SLO has no room on either side
     return SLO((Objective("e2e", 50, limit),), True)
@@ -104,8 +124,25 @@ async def _calibrate(url: str, trace: tuple, out: Path) -> SLO:
 
 def _run_folder(url: str, trace_path: Path, out: Path) -> SLO:
     """Passive evidence plus a calibration; the SLO this machine's queueing breaks."""
-    assert main(["run", "--url", url, "--duration", "2", "--out", str(out), "--quiet",
-                 "--trace", str(trace_path), "--block-size", "512"]) == 0  # hash ids: 512-token blocks
+    assert (
+        main(
+            [
+                "run",
+                "--url",
+                url,
+                "--duration",
+                "2",
+                "--out",
+                str(out),
+                "--quiet",
+                "--trace",
+                str(trace_path),
+                "--block-size",
+                "512",
+            ]
+        )
+        == 0
+    )  # hash ids: 512-token blocks
     return asyncio.run(_calibrate(url, load_trace(trace_path), out))
 
 
@@ -129,10 +166,35 @@ def _agrees(goodput: dict) -> tuple[bool, float | None]:
 def _plan_active(server, trace_path: Path, folder: Path, capsys) -> dict:
     slo = _run_folder(server.url, trace_path, folder)
     capsys.readouterr()
-    code = main(["plan", "--evidence", str(folder), "--trace", str(trace_path), "--target-rps", "100",
-                 "--slo", _slo_flag(slo), "--json", "--out", str(folder / "plan"), "--active", "--url", server.url,
-                 "--trial-requests", str(TRIAL_REQUESTS), "--search-steps", str(SEARCH_STEPS),
-                 "--search-span", str(TOLERANCE), "--budget-requests", "150", "--budget-seconds", "90"])
+    code = main(
+        [
+            "plan",
+            "--evidence",
+            str(folder),
+            "--trace",
+            str(trace_path),
+            "--target-rps",
+            "100",
+            "--slo",
+            _slo_flag(slo),
+            "--json",
+            "--out",
+            str(folder / "plan"),
+            "--active",
+            "--url",
+            server.url,
+            "--trial-requests",
+            str(TRIAL_REQUESTS),
+            "--search-steps",
+            str(SEARCH_STEPS),
+            "--search-span",
+            str(TOLERANCE),
+            "--budget-requests",
+            "150",
+            "--budget-seconds",
+            "90",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "Active goodput search will send" in out.err  # said before anything was sent
@@ -170,8 +232,23 @@ def test_prefix_caching_projection_matches_a_run_with_caching_on(vllm_server_fac
     off = vllm_server_factory(prefix_caching=False)
     slo = _run_folder(off.url, trace_path, tmp_path)
     capsys.readouterr()
-    assert main(["plan", "--evidence", str(tmp_path), "--trace", str(trace_path), "--target-rps", "100",
-                 "--slo", _slo_flag(slo), "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--evidence",
+                str(tmp_path),
+                "--trace",
+                str(trace_path),
+                "--target-rps",
+                "100",
+                "--slo",
+                _slo_flag(slo),
+                "--json",
+            ]
+        )
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     by = {s["name"]: s for s in plan["scenarios"]}
     assert "prefix-caching" in by, plan["notes"]  # the diagnosis recommends it: Q2 sees the shared blocks
@@ -179,16 +256,22 @@ def test_prefix_caching_projection_matches_a_run_with_caching_on(vllm_server_fac
     assert projected >= by["today"]["goodput_per_replica_rps"]
 
     on = vllm_server_factory()  # the same server with prefix caching on (and the default one of other tests)
-    gplan = plan_goodput(ActiveBudget(150, 90), projected / TOLERANCE, projected * TOLERANCE, requests=TRIAL_REQUESTS,
-                         steps=SEARCH_STEPS)
+    gplan = plan_goodput(
+        ActiveBudget(150, 90), projected / TOLERANCE, projected * TOLERANCE, requests=TRIAL_REQUESTS, steps=SEARCH_STEPS
+    )
 
     async def measure():
         async with StreamingClient(on.url, "tiny-llama") as client:
             prompts, _ = await calibrate_prompts(client.session, on.url, "tiny-llama")
             driver = Driver(client, BudgetGuard(ActiveBudget(150, 90)))
-            return await run_goodput_search(driver, gplan, lambda rate, i: trace_workload(
-                trace, prompts, pacing=PoissonArrivals(rate, gplan.seed), name=f"g{i}", experiment="goodput"),
-                slo_judge(slo))
+            return await run_goodput_search(
+                driver,
+                gplan,
+                lambda rate, i: trace_workload(
+                    trace, prompts, pacing=PoissonArrivals(rate, gplan.seed), name=f"g{i}", experiment="goodput"
+                ),
+                slo_judge(slo),
+            )
 
     def agrees(search) -> bool:
         return search.bound == "bracketed" and 1 / TOLERANCE <= search.goodput_rps / projected <= TOLERANCE

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.cli import COMMANDS, build_parser, main
-from diagnose.diagnosis import PITFALLS, QUESTIONS, TECHNIQUES
+from llm_diagnose.diagnose.cli import COMMANDS, build_parser, main
+from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUES
 from tests.evidence_builders import build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,8 +18,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def evidence_file(tmp_path):
-    ev = build({"kv.usage_p95": 0.99, "kv.preemptions": 7, "engine.name": "vllm",
-                "prefix.potential_fraction": 0.6, "config.prefix_caching": False})
+    ev = build(
+        {
+            "kv.usage_p95": 0.99,
+            "kv.preemptions": 7,
+            "engine.name": "vllm",
+            "prefix.potential_fraction": 0.6,
+            "config.prefix_caching": False,
+        }
+    )
     path = tmp_path / "evidence.json"
     path.write_text(ev.to_json())
     return path
@@ -60,17 +67,22 @@ def test_decide_reads_a_run_folder_and_declared_workload(capsys, evidence_file):
     assert rec["offline-batch"]["status"] == "recommended"
 
 
-@pytest.mark.parametrize("content, expected", [
-    (None, "does not exist"),
-    ("{not json", "not JSON"),
-    ('{"schema": "other"}', "field 'schema'"),
-    ('{"schema": "llm-diagnose/evidence", "version": 99, "items": {}}', "field 'version'"),
-    ('{"schema": "llm-diagnose/evidence", "version": 1, "items": {"kv.usage_p95": {"kind": "measurement"}}}',
-     "field 'items.kv.usage_p95'"),
-    # (a value of the wrong type is not a reason to refuse the file: tests/test_safety_files.py)
-    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-    ('{"schema": "llm-diagnose/evidence", "version": 1, "items": [1, 2]}', "field 'items'"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (None, "does not exist"),
+        ("{not json", "not JSON"),
+        ('{"schema": "other"}', "field 'schema'"),
+        ('{"schema": "llm-diagnose/evidence", "version": 99, "items": {}}', "field 'version'"),
+        (
+            '{"schema": "llm-diagnose/evidence", "version": 1, "items": {"kv.usage_p95": {"kind": "measurement"}}}',
+            "field 'items.kv.usage_p95'",
+        ),
+        # (a value of the wrong type is not a reason to refuse the file: tests/test_safety_files.py)
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"schema": "llm-diagnose/evidence", "version": 1, "items": [1, 2]}', "field 'items'"),
+    ],
+)
 def test_bad_evidence_is_one_clear_line_and_exit_2(capsys, tmp_path, content, expected):
     path = tmp_path / "evidence.json"
     if content is not None:
@@ -97,7 +109,7 @@ def test_wrong_flag_exits_2(capsys, evidence_file):
 
 
 def test_python_dash_m_works():
-    proc = subprocess.run([sys.executable, "-m", "diagnose", "--help"], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "llm_diagnose", "--help"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0
     assert "exit codes:" in proc.stdout
 

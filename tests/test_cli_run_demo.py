@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from diagnose.cli import main
-from diagnose.evidence import Evidence
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.tree.evidence import Evidence
 
 
 def _free_port() -> int:
@@ -21,8 +21,9 @@ def _free_port() -> int:
 @pytest.mark.real_engine
 def test_demo_diagnoses_a_real_vllm_end_to_end(tmp_path, capsys):
     out = tmp_path / "demo"
-    code = main(["demo", "--out", str(out), "--workdir", str(tmp_path / "work"), "--duration", "14",
-                 "--requests", "48"])
+    code = main(
+        ["demo", "--out", str(out), "--workdir", str(tmp_path / "work"), "--duration", "14", "--requests", "48"]
+    )
     stdout, stderr = capsys.readouterr()
     assert code == 0, stderr
     assert "Bottleneck:" in stdout and f"run folder: {out}" in stdout
@@ -44,17 +45,21 @@ def test_demo_diagnoses_a_real_vllm_end_to_end(tmp_path, capsys):
 
 def test_run_against_nothing_is_a_target_error(tmp_path, capsys):
     port = _free_port()
-    code = main(["run", "--url", f"http://127.0.0.1:{port}", "--duration", "1", "--out", str(tmp_path / "r"),
-                 "--quiet"])
+    code = main(
+        ["run", "--url", f"http://127.0.0.1:{port}", "--duration", "1", "--out", str(tmp_path / "r"), "--quiet"]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 3
     assert err[-1].startswith("llm-diagnose: error:") and f"127.0.0.1:{port}" in err[-1]
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--duration", "0"], "must be positive"),
-    (["--duration", "1", "--interval", "5"], "longer than --duration"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--duration", "0"], "must be positive"),
+        (["--duration", "1", "--interval", "5"], "longer than --duration"),
+    ],
+)
 def test_run_bad_flags_exit_2(tmp_path, capsys, argv, expected):
     code = main(["run", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "r"), *argv])
     assert code == 2 and expected in capsys.readouterr().err
@@ -63,8 +68,21 @@ def test_run_bad_flags_exit_2(tmp_path, capsys, argv, expected):
 @pytest.mark.real_engine
 def test_run_passively_reads_a_real_server(vllm_server, tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["run", "--url", vllm_server.url, "--duration", "2", "--interval", "0.5", "--out", str(out),
-                 "--quiet", "--interactive"])
+    code = main(
+        [
+            "run",
+            "--url",
+            vllm_server.url,
+            "--duration",
+            "2",
+            "--interval",
+            "0.5",
+            "--out",
+            str(out),
+            "--quiet",
+            "--interactive",
+        ]
+    )
     stdout, stderr = capsys.readouterr()
     assert code == 0, stderr
     evidence = Evidence.from_json((out / "evidence.json").read_text())
@@ -77,9 +95,27 @@ def test_run_passively_reads_a_real_server(vllm_server, tmp_path, capsys):
 @pytest.mark.real_engine
 def test_run_active_says_what_it_sends_and_keeps_to_the_budget(vllm_server, tmp_path, capsys):
     out = tmp_path / "active"
-    code = main(["run", "--url", vllm_server.url, "--duration", "2", "--interval", "0.5", "--out", str(out),
-                 "--quiet", "--active", "--budget-requests", "40", "--budget-seconds", "25",
-                 "--experiments", "decode,prefix"])
+    code = main(
+        [
+            "run",
+            "--url",
+            vllm_server.url,
+            "--duration",
+            "2",
+            "--interval",
+            "0.5",
+            "--out",
+            str(out),
+            "--quiet",
+            "--active",
+            "--budget-requests",
+            "40",
+            "--budget-seconds",
+            "25",
+            "--experiments",
+            "decode,prefix",
+        ]
+    )
     stdout, stderr = capsys.readouterr()
     assert code == 0, stderr
     assert "--active will send" in stderr
@@ -102,8 +138,12 @@ def _wait_idle(url: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
-        busy = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-                   if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
+        busy = sum(
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting")
+        )
         if busy == 0:
             return
         time.sleep(0.2)

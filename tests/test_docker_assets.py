@@ -29,8 +29,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from diagnose.demo.vllm_server import VllmServer, cpu_dtype
-from diagnose.evidence import Evidence
+from llm_diagnose.diagnose.demo.vllm_server import VllmServer, cpu_dtype
+from llm_diagnose.diagnose.tree.evidence import Evidence
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
@@ -40,8 +40,8 @@ COMPOSE_GPU = DOCKER / "compose.gpu.yaml"
 COMPOSE_CPU = DOCKER / "compose.cpu.yaml"
 K8S = DOCKER / "k8s"
 YAMLLINT_CONFIG = DOCKER / ".yamllint.yaml"
-BIN = Path(sys.executable).parent           # the venv's scripts: llm-diagnose, hadolint, yamllint, ...
-K8S_VERSION = "1.30.0"                      # the oldest Kubernetes the manifests promise to fit
+BIN = Path(sys.executable).parent  # the venv's scripts: llm-diagnose, hadolint, yamllint, ...
+K8S_VERSION = "1.30.0"  # the oldest Kubernetes the manifests promise to fit
 RUN_TIMEOUT_S = 240
 SECRET_ENV = ("LLM_DIAGNOSE_API_KEY", "OPENAI_API_KEY", "HF_TOKEN")
 
@@ -57,6 +57,7 @@ def _tool(name: str) -> str:
 
 
 # --- reading the files ---------------------------------------------------------------------------
+
 
 def dockerfile_stages(path: Path = DOCKERFILE) -> dict[str, dict[str, list[str] | None]]:
     """ENTRYPOINT and CMD (exec form) of each stage, inherited from the stage it is built FROM."""
@@ -113,8 +114,7 @@ def service_env(compose: Mapping, service: str) -> dict[str, str]:
 
 
 def k8s_documents() -> list[tuple[Path, dict]]:
-    return [(path, doc) for path in sorted(K8S.glob("*.yaml"))
-            for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [(path, doc) for path in sorted(K8S.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
 def k8s_container(kind: str, container: str) -> dict:
@@ -137,6 +137,7 @@ def k8s_literal_env(container: Mapping) -> dict[str, str]:
 
 # --- running them on the host --------------------------------------------------------------------
 
+
 def substitute(items: Sequence[str], replace: Mapping[str, str], flags: Mapping[str, str] = {}) -> list[str]:
     """`replace`: whole items, or an item's leading path/URL; `flags`: the value after a flag.
 
@@ -150,7 +151,7 @@ def substitute(items: Sequence[str], replace: Mapping[str, str], flags: Mapping[
             continue
         for old, new in replace.items():
             if item == old or item.startswith(old.rstrip("/") + "/"):
-                item = new + item[len(old):]
+                item = new + item[len(old) :]
                 used.add(old)
                 break
         out.append(item)
@@ -162,8 +163,12 @@ def substitute(items: Sequence[str], replace: Mapping[str, str], flags: Mapping[
 
 def host_program(argv: list[str]) -> list[str]:
     """The image's programs, found here: the venv's console scripts, this interpreter, our script."""
-    program = {"llm-diagnose": _tool("llm-diagnose"), "python": sys.executable, "python3": sys.executable,
-               "llm-diagnose-job": str(JOB_SCRIPT)}.get(argv[0])
+    program = {
+        "llm-diagnose": _tool("llm-diagnose"),
+        "python": sys.executable,
+        "python3": sys.executable,
+        "llm-diagnose-job": str(JOB_SCRIPT),
+    }.get(argv[0])
     assert program, f"unknown program {argv[0]!r}"
     return [program, *argv[1:]]
 
@@ -181,6 +186,7 @@ def server(vllm_server_factory: Callable[..., VllmServer]) -> VllmServer:
 
 # --- linters and schemas -------------------------------------------------------------------------
 
+
 def test_dockerfile_passes_hadolint():
     result = _run([_tool("hadolint"), "--no-color", str(DOCKERFILE)])
     assert result.returncode == 0, result.stdout + result.stderr
@@ -192,15 +198,23 @@ def test_job_script_passes_shellcheck():
 
 
 def test_yaml_passes_yamllint():
-    result = subprocess.run([_tool("yamllint"), "--strict", "-c", str(YAMLLINT_CONFIG), str(DOCKER)],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [_tool("yamllint"), "--strict", "-c", str(YAMLLINT_CONFIG), str(DOCKER)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_compose_files_match_the_compose_spec():
     # check-jsonschema ships the compose-spec schema (vendor.compose-spec): no network needed.
-    result = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
-                             str(COMPOSE_GPU), str(COMPOSE_CPU)], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(COMPOSE_GPU), str(COMPOSE_CPU)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -224,8 +238,14 @@ def test_the_checks_reject_broken_files(tmp_path):
     assert _run([_tool("shellcheck"), "--shell=sh", str(bad_script)]).returncode != 0
     bad_compose = tmp_path / "compose.yaml"
     bad_compose.write_text(COMPOSE_GPU.read_text().replace("read_only: true", "readonly: true"))
-    assert subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(bad_compose)],
-                          capture_output=True, check=False).returncode != 0
+    assert (
+        subprocess.run(
+            [_tool("check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(bad_compose)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        != 0
+    )
     job = next(doc for _, doc in k8s_documents() if doc["kind"] == "Job")
     job["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFS"] = True
     with pytest.raises(kubernetes_validate.ValidationError):
@@ -233,6 +253,7 @@ def test_the_checks_reject_broken_files(tmp_path):
 
 
 # --- what the files promise ----------------------------------------------------------------------
+
 
 def test_no_secret_is_written_into_an_image_or_a_manifest():
     dockerfile = DOCKERFILE.read_text()
@@ -284,6 +305,7 @@ def test_gpu_sidecars_get_nvml_without_a_gpu_of_their_own():
 
 # --- the commands, run ---------------------------------------------------------------------------
 
+
 def test_image_default_command_prints_the_help():
     for target, stage in dockerfile_stages().items():
         if stage["ENTRYPOINT"]:
@@ -308,10 +330,15 @@ def test_cpu_demo_vllm_command_is_the_test_servers_command(server):
     """The compose `vllm` service runs what the suite's own default server runs (so every
     real-engine test exercises it), bound to 0.0.0.0:8000 instead of a loopback port."""
     compose = compose_file(COMPOSE_CPU)
-    argv = substitute(service_argv(compose, "vllm"),
-                      {"/models/tiny-llama": str(server.model_dir), "0.0.0.0": "127.0.0.1",
-                       "${LLMD_DEMO_DTYPE:-bfloat16}": cpu_dtype()},  # the host's choice, as the compose comment says
-                      flags={"--port": str(server.port)})
+    argv = substitute(
+        service_argv(compose, "vllm"),
+        {
+            "/models/tiny-llama": str(server.model_dir),
+            "0.0.0.0": "127.0.0.1",
+            "${LLMD_DEMO_DTYPE:-bfloat16}": cpu_dtype(),
+        },  # the host's choice, as the compose comment says
+        flags={"--port": str(server.port)},
+    )
     assert host_program(argv) == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *server.args]
     env = service_env(compose, "vllm")
     assert env["VLLM_CPU_KVCACHE_SPACE"] == str(server.kv_cache_space_gib)
@@ -337,11 +364,18 @@ def test_diagnoser_commands_diagnose_a_real_vllm(server, tmp_path):
     jobs: dict[str, tuple[list[str], dict[str, str], Path]] = {
         "compose.gpu diagnoser": (
             substitute(service_argv(gpu, "diagnoser"), {"http://vllm:8000": server.url, "/runs": str(runs)}, short),
-            service_env(gpu, "diagnoser"), runs / "gpu"),
+            service_env(gpu, "diagnoser"),
+            runs / "gpu",
+        ),
         "compose.cpu diagnoser": (
-            substitute(service_argv(cpu, "diagnoser"), {"http://vllm:8000": server.url, "/runs": str(runs)},
-                       {"--duration": "4", "--budget-seconds": "4"}),
-            service_env(cpu, "diagnoser"), runs / "demo"),
+            substitute(
+                service_argv(cpu, "diagnoser"),
+                {"http://vllm:8000": server.url, "/runs": str(runs)},
+                {"--duration": "4", "--budget-seconds": "4"},
+            ),
+            service_env(cpu, "diagnoser"),
+            runs / "demo",
+        ),
     }
     for kind, url in (("Job", "http://vllm.default.svc:8000"), ("Deployment", "http://127.0.0.1:8000")):
         c = k8s_container(kind, "llm-diagnose")
@@ -349,13 +383,28 @@ def test_diagnoser_commands_diagnose_a_real_vllm(server, tmp_path):
         assert env["VLLM_URL"] == url and env["RUN_DIR"] == "/runs"
         # ROUNDS=1 ends the sidecar's every-PAUSE_S loop after one round; HOSTNAME is the pod's name,
         # which Kubernetes puts in every container's environment.
-        env.update(VLLM_URL=server.url, RUN_DIR=str(runs / kind), DURATION_S="3", INTERVAL_S="0.5", ROUNDS="1",
-                   HOSTNAME=f"llm-diagnose-{kind.lower()}-x7k2p")
+        env.update(
+            VLLM_URL=server.url,
+            RUN_DIR=str(runs / kind),
+            DURATION_S="3",
+            INTERVAL_S="0.5",
+            ROUNDS="1",
+            HOSTNAME=f"llm-diagnose-{kind.lower()}-x7k2p",
+        )
         jobs[f"k8s {kind}"] = ([*c["command"], *c.get("args", [])], env, runs / kind)
 
-    procs = {name: subprocess.Popen(host_program(argv), env=host_env(env), cwd=tmp_path, text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-             for name, (argv, env, _) in jobs.items()}
+    procs = {
+        name: subprocess.Popen(
+            host_program(argv),
+            env=host_env(env),
+            cwd=tmp_path,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        for name, (argv, env, _) in jobs.items()
+    }
     outputs = {}
     try:
         for name, p in procs.items():

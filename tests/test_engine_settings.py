@@ -17,11 +17,17 @@ import shlex
 
 import pytest
 
-from diagnose.techniques import CATALOGUE, ENGINE_NAMES, ENGINES, Setting
+from llm_diagnose.diagnose.tree.techniques import CATALOGUE, ENGINE_NAMES, ENGINES, Setting
 
 # Placeholders the settings print, with a value of the right type for the parsers.
-EXAMPLES = {"<N>": "2", "<M>": "2", "<GiB>": "8", "<bytes>": "8589934592", "<draft>": "org/draft-model",
-            "<model>": "org/model"}
+EXAMPLES = {
+    "<N>": "2",
+    "<M>": "2",
+    "<GiB>": "8",
+    "<bytes>": "8589934592",
+    "<draft>": "org/draft-model",
+    "<model>": "org/model",
+}
 
 FLAG = re.compile(r"(?<![\w-])(--?[a-zA-Z][\w-]*)")
 
@@ -49,6 +55,7 @@ def vllm_serve():
     """`vllm serve`'s parser as vLLM 0.32 builds it (vllm/entrypoints/cli/serve.py)."""
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
     return make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
 
 
@@ -56,6 +63,7 @@ def vllm_serve():
 def vllm_run_batch():
     from vllm.entrypoints.launchers.run_batch import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
     return make_arg_parser(FlexibleArgumentParser(prog="vllm run-batch"))
 
 
@@ -95,6 +103,7 @@ def check_vllm_values(vllm_serve):
         kv = getattr(ns, "kv_transfer_config", None)
         if kv is not None:
             assert kv.kv_connector in KVConnectorFactory._registry, f"kv_connector {kv.kv_connector} is unknown"
+
     return check
 
 
@@ -104,8 +113,7 @@ def vllm_flags_in_note(parser, note: str) -> None:
 
 
 @pytest.mark.parametrize("tid, setting", every("vllm"), ids=ids(every("vllm")))
-def test_every_vllm_setting_parses_with_the_installed_vllm(tid, setting, vllm_serve, vllm_run_batch,
-                                                          check_vllm_values):
+def test_every_vllm_setting_parses_with_the_installed_vllm(tid, setting, vllm_serve, vllm_run_batch, check_vllm_values):
     vllm_flags_in_note(vllm_serve, setting.note)
     argv = shlex.split(fill(setting.command))
     if setting.kind == "flags":
@@ -135,21 +143,57 @@ def test_every_vllm_setting_parses_with_the_installed_vllm(tid, setting, vllm_se
 # (EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, plus DFLASH/DSPARK there). Value: None = a switch,
 # a type = its value's type, a tuple = its choices.
 SGLANG_FLAGS = {
-    "--model-path": str, "--host": str, "--port": int, "--context-length": int,
-    "--quantization": ("awq", "fp8", "gptq", "marlin", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf",
-                       "modelopt", "modelopt_fp4", "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "qoq",
-                       "w4afp8", "mxfp4"),
+    "--model-path": str,
+    "--host": str,
+    "--port": int,
+    "--context-length": int,
+    "--quantization": (
+        "awq",
+        "fp8",
+        "gptq",
+        "marlin",
+        "gptq_marlin",
+        "awq_marlin",
+        "bitsandbytes",
+        "gguf",
+        "modelopt",
+        "modelopt_fp4",
+        "petit_nvfp4",
+        "w8a8_int8",
+        "w8a8_fp8",
+        "moe_wna16",
+        "qoq",
+        "w4afp8",
+        "mxfp4",
+    ),
     "--kv-cache-dtype": ("auto", "fp8_e5m2", "fp8_e4m3"),
-    "--mem-fraction-static": float, "--max-running-requests": int, "--max-queued-requests": int,
-    "--max-total-tokens": int, "--chunked-prefill-size": int, "--max-prefill-tokens": int,
+    "--mem-fraction-static": float,
+    "--max-running-requests": int,
+    "--max-queued-requests": int,
+    "--max-total-tokens": int,
+    "--chunked-prefill-size": int,
+    "--max-prefill-tokens": int,
     "--schedule-policy": ("lpm", "random", "fcfs", "dfs-weight", "lof", "priority"),
-    "--page-size": int, "--tensor-parallel-size": int, "--tp-size": int, "--pipeline-parallel-size": int,
-    "--pp-size": int, "--data-parallel-size": int, "--dp-size": int, "--attention-backend": str,
+    "--page-size": int,
+    "--tensor-parallel-size": int,
+    "--tp-size": int,
+    "--pipeline-parallel-size": int,
+    "--pp-size": int,
+    "--data-parallel-size": int,
+    "--dp-size": int,
+    "--attention-backend": str,
     "--speculative-algorithm": ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"),
-    "--speculative-draft-model-path": str, "--speculative-draft-model": str, "--speculative-num-steps": int,
-    "--speculative-eagle-topk": int, "--speculative-num-draft-tokens": int,
-    "--enable-hierarchical-cache": None, "--hicache-ratio": float, "--hicache-size": int,
-    "--disable-radix-cache": None, "--enable-mixed-chunk": None, "--enable-metrics": None,
+    "--speculative-draft-model-path": str,
+    "--speculative-draft-model": str,
+    "--speculative-num-steps": int,
+    "--speculative-eagle-topk": int,
+    "--speculative-num-draft-tokens": int,
+    "--enable-hierarchical-cache": None,
+    "--hicache-ratio": float,
+    "--hicache-size": int,
+    "--disable-radix-cache": None,
+    "--enable-mixed-chunk": None,
+    "--enable-metrics": None,
     "--disaggregation-mode": ("null", "prefill", "decode"),
     "--disaggregation-transfer-backend": ("mooncake", "nixl", "ascend", "fake"),
 }
@@ -193,34 +237,77 @@ def test_every_sglang_setting_is_a_recorded_sglang_flag(tid, setting):
 # --tp_size/--pp_size are aliases of --tensor_parallel_size/--pipeline_parallel_size there;
 # --enable_chunked_prefill is a switch, off by default.
 TRTLLM_SERVE_FLAGS = {
-    "--tokenizer": str, "--host": str, "--port": int, "--backend": ("pytorch", "tensorrt", "trt", "_autodeploy"),
-    "--log_level": str, "--max_beam_width": int, "--max_batch_size": int, "--max_num_tokens": int,
-    "--max_seq_len": int, "--tensor_parallel_size": int, "--tp_size": int, "--pipeline_parallel_size": int,
-    "--pp_size": int, "--context_parallel_size": int, "--cp_size": int, "--moe_expert_parallel_size": int,
-    "--ep_size": int, "--gpus_per_node": int, "--free_gpu_memory_fraction": float,
-    "--kv_cache_free_gpu_memory_fraction": float, "--trust_remote_code": None, "--config": str,
-    "--extra_llm_api_options": str, "--server_role": str, "--enable_chunked_prefill": None,
+    "--tokenizer": str,
+    "--host": str,
+    "--port": int,
+    "--backend": ("pytorch", "tensorrt", "trt", "_autodeploy"),
+    "--log_level": str,
+    "--max_beam_width": int,
+    "--max_batch_size": int,
+    "--max_num_tokens": int,
+    "--max_seq_len": int,
+    "--tensor_parallel_size": int,
+    "--tp_size": int,
+    "--pipeline_parallel_size": int,
+    "--pp_size": int,
+    "--context_parallel_size": int,
+    "--cp_size": int,
+    "--moe_expert_parallel_size": int,
+    "--ep_size": int,
+    "--gpus_per_node": int,
+    "--free_gpu_memory_fraction": float,
+    "--kv_cache_free_gpu_memory_fraction": float,
+    "--trust_remote_code": None,
+    "--config": str,
+    "--extra_llm_api_options": str,
+    "--server_role": str,
+    "--enable_chunked_prefill": None,
 }
 # trtllm-serve disaggregated: same file, `disaggregated` command.
-TRTLLM_DISAGG_FLAGS = {"-c": str, "--config_file": str, "-m": str, "--metadata_server_config_file": str,
-                       "-t": int, "--server_start_timeout": int, "-r": int, "--request_timeout": int}
+TRTLLM_DISAGG_FLAGS = {
+    "-c": str,
+    "--config_file": str,
+    "-m": str,
+    "--metadata_server_config_file": str,
+    "-t": int,
+    "--server_start_timeout": int,
+    "-r": int,
+    "--request_timeout": int,
+}
 # trtllm-build: tensorrt_llm/commands/build.py (same repository; KVCacheType has continuous, paged,
 # disabled; --paged_kv_cache is marked deprecated there). trtllm-build has no --tp_size/--pp_size:
 # the checkpoint conversion fixes the mapping.
-TRTLLM_BUILD_FLAGS = {"--checkpoint_dir": str, "--output_dir": str, "--max_batch_size": int, "--max_num_tokens": int,
-                      "--max_seq_len": int, "--max_draft_len": int,
-                      "--kv_cache_type": ("continuous", "paged", "disabled")}
+TRTLLM_BUILD_FLAGS = {
+    "--checkpoint_dir": str,
+    "--output_dir": str,
+    "--max_batch_size": int,
+    "--max_num_tokens": int,
+    "--max_seq_len": int,
+    "--max_draft_len": int,
+    "--kv_cache_type": ("continuous", "paged", "disabled"),
+}
 # The YAML trtllm-serve --config reads: LLM-API arguments, tensorrt_llm/llmapi/llm_args.py (1.x):
 # KvCacheConfig (enable_block_reuse defaults to true; dtype is PyTorch-backend only; host_cache_size
 # in bytes; tokens_per_block 32), speculative_config (decoding_type one of the listed;
 # speculative_model_dir, and speculative_model, its newer name since PR #10099, Dec 2025).
 TRTLLM_CONFIG = {
-    "kv_cache_config": {"enable_block_reuse": bool, "dtype": ("auto", "fp8", "nvfp4"), "host_cache_size": int,
-                        "tokens_per_block": int, "free_gpu_memory_fraction": float, "max_tokens": int},
-    "speculative_config": {"decoding_type": ("DraftTarget", "Eagle", "Eagle3", "MTP", "NGram", "Medusa",
-                                             "Lookahead", "UserProvided"),
-                           "max_draft_len": int, "speculative_model_dir": str, "speculative_model": str},
-    "enable_chunked_prefill": bool, "max_batch_size": int, "max_num_tokens": int,
+    "kv_cache_config": {
+        "enable_block_reuse": bool,
+        "dtype": ("auto", "fp8", "nvfp4"),
+        "host_cache_size": int,
+        "tokens_per_block": int,
+        "free_gpu_memory_fraction": float,
+        "max_tokens": int,
+    },
+    "speculative_config": {
+        "decoding_type": ("DraftTarget", "Eagle", "Eagle3", "MTP", "NGram", "Medusa", "Lookahead", "UserProvided"),
+        "max_draft_len": int,
+        "speculative_model_dir": str,
+        "speculative_model": str,
+    },
+    "enable_chunked_prefill": bool,
+    "max_batch_size": int,
+    "max_num_tokens": int,
 }
 TRTLLM_NOTE_FLAGS = {**TRTLLM_SERVE_FLAGS, **TRTLLM_BUILD_FLAGS}
 
@@ -293,17 +380,26 @@ def test_every_technique_has_checked_settings():
 
 def _diagnose(items: dict):
     # Imported here: the settings checks above need only the catalogue, not the tree.
-    from diagnose.thresholds import Thresholds
-    from diagnose.tree import diagnose
+    from llm_diagnose.diagnose.tree import diagnose
+    from llm_diagnose.diagnose.tree.thresholds import Thresholds
     from tests.evidence_builders import build
+
     return diagnose(build(items), Thresholds())
 
 
 def test_printed_lines_are_the_checked_settings():
     """A diagnosis prints each setting as str(Setting) of the catalogue, so the checks above cover it."""
-    d = _diagnose({"prefix.potential_fraction": 0.6, "config.prefix_caching": False,
-                   "kv.usage_p95": 0.99, "kv.preemptions": 12, "interference.itl_inflation": 3.0,
-                   "config.chunked_prefill": False, "workload.interactive": False})
+    d = _diagnose(
+        {
+            "prefix.potential_fraction": 0.6,
+            "config.prefix_caching": False,
+            "kv.usage_p95": 0.99,
+            "kv.preemptions": 12,
+            "interference.itl_inflation": 3.0,
+            "config.chunked_prefill": False,
+            "workload.interactive": False,
+        }
+    )
     assert d.recommendations
     for r in d.recommendations:
         for engine, lines in r.settings:
@@ -313,14 +409,16 @@ def test_printed_lines_are_the_checked_settings():
 @pytest.mark.parametrize("engine", ENGINES)
 def test_no_engine_is_told_to_switch_to_itself(engine):
     """The settings shown to a server of one engine never tell it to serve with that engine."""
-    from diagnose.report.json import shown_settings
+    from llm_diagnose.diagnose.report.content import shown_settings
+
     d = _diagnose({"engine.name": engine, "prefix.potential_fraction": 0.6, "config.prefix_caching": False})
     name = ENGINE_NAMES[engine]
     assert d.engine == engine and {r.technique for r in d.recommendations} == set(CATALOGUE)
     for rec in d.recommendations:
         for _, line in shown_settings(d, rec):
-            assert not re.search(rf"\b(serve with|switch to|move to|use) {re.escape(name)}\b", line, re.I), \
+            assert not re.search(rf"\b(serve with|switch to|move to|use) {re.escape(name)}\b", line, re.I), (
                 f"{rec.technique} tells a {name} server: {line}"
+            )
 
 
 # --- flags named anywhere in the tool's texts ----------------------------------------------------
@@ -328,7 +426,7 @@ def _tool_flags() -> set[str]:
     """Every option of llm-diagnose and its commands (the texts also point to these)."""
     import argparse
 
-    from diagnose.cli import build_parser
+    from llm_diagnose.diagnose.cli import build_parser
 
     seen, todo = set(), [build_parser()]
     while todo:
@@ -350,7 +448,7 @@ def _flags_in_sources() -> tuple[dict[str, list[str]], set[str]]:
     import ast
     import pathlib
 
-    root = pathlib.Path(__file__).resolve().parents[1] / "diagnose"
+    root = pathlib.Path(__file__).resolve().parents[1] / "llm_diagnose" / "diagnose"
     found: dict[str, list[str]] = {}
     defined: set[str] = set()
     for path in sorted(root.rglob("*.py")):
@@ -371,7 +469,15 @@ def test_every_flag_in_the_tools_texts_exists_somewhere(vllm_serve):
 
     transformers_flags = {"--" + name.replace("_", "-") for name in inspect.signature(Serve).parameters}
     found, defined = _flags_in_sources()
-    known = (_tool_flags() | defined | NOT_ENGINE_FLAGS | set(vllm_serve._option_string_actions) | set(SGLANG_FLAGS)
-             | set(TRTLLM_NOTE_FLAGS) | set(TRTLLM_DISAGG_FLAGS) | transformers_flags)
+    known = (
+        _tool_flags()
+        | defined
+        | NOT_ENGINE_FLAGS
+        | set(vllm_serve._option_string_actions)
+        | set(SGLANG_FLAGS)
+        | set(TRTLLM_NOTE_FLAGS)
+        | set(TRTLLM_DISAGG_FLAGS)
+        | transformers_flags
+    )
     unknown = {flag: where for flag, where in found.items() if flag not in known}
     assert not unknown, f"flags no engine and no llm-diagnose command has: {unknown}"

@@ -10,34 +10,52 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import replace
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from diagnose.demo.tiny_model import RECIPE_VERSION, make_tiny_model
-from diagnose.demo.vllm_server import TransformersServer
-from diagnose.evidence import Evidence, Target
-from diagnose.questions import ask_q2, ask_q3, ask_q6
-from diagnose.thresholds import Thresholds
-from probes import quantities as Q
-from probes.experiments import metrics_reader, run_experiments
-from probes.experiments.common import ExperimentContext, ServerDelta, settled_scrape
-from probes.experiments.decode import AGREEMENT_SLACK_S, AGREEMENT_TOLERANCE
-from probes.experiments.heterogeneity import analyse_heterogeneity
-from probes.experiments.interference import analyse_interference
-from probes.experiments.decode import _who_is_right
-from probes.experiments.plan import ExperimentPlan, HeterogeneityPlan, InterferencePlan, PrefixPlan, SpecPlan
-from probes.experiments.prefix import hits_from
-from probes.load import (
-    ActiveBudget, BudgetGuard, ClosedLoop, Driver, FaultKind, LengthDist, PromptMaker, RequestRecord, RequestSpec,
-    StreamingClient, calibrate_prompts, load_trace, read_records, shared_prefix_workload, trace_workload,
+from llm_diagnose.diagnose.demo.tiny_model import RECIPE_VERSION, make_tiny_model
+from llm_diagnose.diagnose.demo.vllm_server import TransformersServer
+from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+from llm_diagnose.diagnose.tree.questions import ask_q2, ask_q3, ask_q6
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.experiments import metrics_reader, run_experiments
+from llm_diagnose.probes.experiments.common import ExperimentContext, ServerDelta, settled_scrape
+from llm_diagnose.probes.experiments.decode import AGREEMENT_SLACK_S, AGREEMENT_TOLERANCE, _who_is_right
+from llm_diagnose.probes.experiments.heterogeneity import analyse_heterogeneity
+from llm_diagnose.probes.experiments.interference import analyse_interference
+from llm_diagnose.probes.experiments.plan import (
+    ExperimentPlan,
+    HeterogeneityPlan,
+    InterferencePlan,
+    PrefixPlan,
+    SpecPlan,
 )
-from probes.load.records import JsonlWriter
-from probes.metrics.passive import passive_evidence
-from probes.metrics.window import Window
-from probes.results import Measurement
+from llm_diagnose.probes.experiments.prefix import hits_from
+from llm_diagnose.probes.load import (
+    ActiveBudget,
+    BudgetGuard,
+    ClosedLoop,
+    Driver,
+    FaultKind,
+    LengthDist,
+    PromptMaker,
+    RequestRecord,
+    RequestSpec,
+    StreamingClient,
+    calibrate_prompts,
+    load_trace,
+    read_records,
+    shared_prefix_workload,
+    trace_workload,
+)
+from llm_diagnose.probes.load.records import JsonlWriter
+from llm_diagnose.probes.metrics.passive import passive_evidence
+from llm_diagnose.probes.metrics.window import Window
+from llm_diagnose.probes.results import Measurement
 
 real = pytest.mark.real_engine
 METRICS = "/metrics"
@@ -56,10 +74,25 @@ def small_vllm(vllm_server_factory, small_model_dir):
     return vllm_server_factory(model_dir=small_model_dir, extra_args=("--enable-prompt-tokens-details",))
 
 
-def _active(server, run_dir: Path, experiments: tuple[str, ...], budget: ActiveBudget = ActiveBudget(100, 30),
-            plan: ExperimentPlan | None = None) -> dict:
-    return asyncio.run(run_experiments(server.url, server.model_name, budget, run_dir, experiments=experiments,
-                                       plan=plan, metrics_url=server.url + METRICS, seed=7))
+def _active(
+    server,
+    run_dir: Path,
+    experiments: tuple[str, ...],
+    budget: ActiveBudget = ActiveBudget(100, 30),
+    plan: ExperimentPlan | None = None,
+) -> dict:
+    return asyncio.run(
+        run_experiments(
+            server.url,
+            server.model_name,
+            budget,
+            run_dir,
+            experiments=experiments,
+            plan=plan,
+            metrics_url=server.url + METRICS,
+            seed=7,
+        )
+    )
 
 
 # --- Q5: decode latency, checked against the engine's own histogram ---------------------------------
@@ -74,24 +107,35 @@ def test_decode_latency_agrees_with_the_servers_inter_token_histogram(small_vllm
         # fresh folder tells such a slow moment from a bug.
         tmp_path = tmp_path / "second-try"
         results = _active(small_vllm, tmp_path, ("decode",))
-    p50, server_mean, ratio = (results[k] for k in (Q.ITL_P50, Q.DECODE_SERVER_ITL_MEAN,
-                                                    Q.DECODE_CLIENT_SERVER_ITL_RATIO))
+    p50, server_mean, ratio = (
+        results[k] for k in (Q.ITL_P50, Q.DECODE_SERVER_ITL_MEAN, Q.DECODE_CLIENT_SERVER_ITL_RATIO)
+    )
     assert isinstance(p50, Measurement) and p50.value < 0.5 and p50.n >= 50
     if p50.value < 50e-6:  # the API server, starved of CPU on this shared host, sent tokens in bursts
         assert any("bursts" in w for w in p50.warnings), p50.warnings
     assert isinstance(server_mean, Measurement) and isinstance(ratio, Measurement), (server_mean, ratio)
     # The stated tolerance: client mean gap within 25% + 1 ms of the engine's mean ITL.
     client_mean = ratio.value * server_mean.value
-    assert abs(client_mean - server_mean.value) <= AGREEMENT_TOLERANCE * server_mean.value + AGREEMENT_SLACK_S, \
+    assert abs(client_mean - server_mean.value) <= AGREEMENT_TOLERANCE * server_mean.value + AGREEMENT_SLACK_S, (
         ratio.note
+    )
     growth = results[Q.DECODE_ITL_GROWTH]
     assert isinstance(growth, Measurement) and growth.value > 0.5
     records = list(read_records(tmp_path))
     assert records and all(r.experiment == "decode" and r.t_send > 0 for r in records)
     assert all(r.completed or r.fault is FaultKind.STOPPED_BY_CLIENT for r in records)
     lines = [json.loads(x) for x in (tmp_path / "requests.jsonl").read_text().splitlines()]
-    assert {"experiment", "phase", "t_send", "ttft_s", "gaps_s", "tokens_in", "tokens_out", "finish_reason",
-            "fault"} <= set(lines[0])
+    assert {
+        "experiment",
+        "phase",
+        "t_send",
+        "ttft_s",
+        "gaps_s",
+        "tokens_in",
+        "tokens_out",
+        "finish_reason",
+        "fault",
+    } <= set(lines[0])
 
 
 @real
@@ -100,7 +144,8 @@ def test_both_endpoints_stream_exact_lengths_with_usage(small_vllm):
         async with StreamingClient(small_vllm.url, small_vllm.model_name) as client:
             return await asyncio.gather(
                 client.send(RequestSpec("c", "hello there", 12)),
-                client.send(RequestSpec("h", "hello there", 12, endpoint="chat")))
+                client.send(RequestSpec("h", "hello there", 12, endpoint="chat")),
+            )
 
     for r in asyncio.run(go()):
         assert r.completed and r.finish_reason == "length", (r.fault, r.fault_detail)
@@ -111,8 +156,9 @@ def test_both_endpoints_stream_exact_lengths_with_usage(small_vllm):
 @real
 def test_a_mooncake_trace_replays_with_the_prefixes_its_hash_ids_share(small_vllm, tmp_path):
     trace = tmp_path / "mooncake.jsonl"
-    rows = [{"timestamp": 1000 * i, "input_length": 700, "output_length": 2, "hash_ids": [7, 8 + (i % 2)]}
-            for i in range(4)]  # all share block 7 (512 tokens); pairs share block 8 or 9 as well
+    rows = [
+        {"timestamp": 1000 * i, "input_length": 700, "output_length": 2, "hash_ids": [7, 8 + (i % 2)]} for i in range(4)
+    ]  # all share block 7 (512 tokens); pairs share block 8 or 9 as well
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     async def go():
@@ -143,8 +189,7 @@ def test_injected_long_prefills_show_interference_that_the_tree_reports(small_vl
     tmp_path = run_dir
     inflation = results[Q.ITL_INFLATION]
     assert isinstance(inflation, Measurement), inflation
-    assert inflation.value >= 1.5 and inflation.summary is not None and inflation.summary.ci_low > 1.0, \
-        inflation.note
+    assert inflation.value >= 1.5 and inflation.summary is not None and inflation.summary.ci_low > 1.0, inflation.note
     answer = ask_q6(Evidence(Target(small_vllm.url), results), Thresholds())
     assert answer.answer == "yes", answer.rationale
     stall = results[Q.INTERFERENCE_STALL_MAX]
@@ -167,9 +212,16 @@ def _prefix_workload_evidence(server, *, salted: bool) -> Evidence:
             prompts, _ = await calibrate_prompts(client.session, client.base_url, server.model_name)
             assert prompts.exact_for("completions"), prompts.describe()
             read = metrics_reader(client.session, server.url + METRICS)
-            wl = shared_prefix_workload(prompts, groups=2, per_group=4, prefix_tokens=640,
-                                        suffix_len=LengthDist.fixed(32), output_len=LengthDist.fixed(2),
-                                        salted=salted, pacing=ClosedLoop(1))
+            wl = shared_prefix_workload(
+                prompts,
+                groups=2,
+                per_group=4,
+                prefix_tokens=640,
+                suffix_len=LengthDist.fixed(32),
+                output_len=LengthDist.fixed(2),
+                salted=salted,
+                pacing=ClosedLoop(1),
+            )
             before = await settled_scrape(read)
             driver = Driver(client, BudgetGuard(ActiveBudget(20, 30)))
             records = await driver.run(wl)
@@ -205,8 +257,10 @@ def test_prefix_experiment_tells_a_working_cache_and_cannot_be_fooled_by_a_warm_
     # 20 s, not the natural 6 s: on a CPU without native bf16 (an AVX2-only EPYC, measured) the
     # small model prefills 790 tokens in ~0.8 s even in float32, so 7 sequential requests overran
     # 6 s and the experiment rightly said "not measured"; this test checks what it measures.
-    plan = ExperimentPlan(ActiveBudget(30, 30), (("prefix", PrefixPlan(prefix_tokens=768, fresh_requests=3,
-                                                                         repeated_requests=3, time_cap_s=20.0)),))
+    plan = ExperimentPlan(
+        ActiveBudget(30, 30),
+        (("prefix", PrefixPlan(prefix_tokens=768, fresh_requests=3, repeated_requests=3, time_cap_s=20.0)),),
+    )
     first = _active(small_vllm, tmp_path / "a", ("prefix",), plan=plan)
     again = _active(small_vllm, tmp_path / "b", ("prefix",), plan=plan)  # the cache is warm from `first`
     for results in (first, again):
@@ -221,8 +275,9 @@ def test_prefix_experiment_tells_a_working_cache_and_cannot_be_fooled_by_a_warm_
 def test_short_requests_do_not_wait_for_long_ones_on_vllm(small_vllm, tmp_path):
     # Six rounds: this shared 2-core host stalls a process for 100-500 ms now and then (measured),
     # which doubles a ~80 ms probe; it takes four such stalls in six rounds to move the median.
-    step = HeterogeneityPlan(peers=2, rounds=6, alone_rounds=1, prompt_tokens=16, short_tokens=16, long_tokens=128,
-                             time_cap_s=25)
+    step = HeterogeneityPlan(
+        peers=2, rounds=6, alone_rounds=1, prompt_tokens=16, short_tokens=16, long_tokens=128, time_cap_s=25
+    )
     plan = ExperimentPlan(ActiveBudget(40, 30), (("heterogeneity", step),))
     results = _active(small_vllm, tmp_path, ("heterogeneity",), plan=plan)
     slowdown = results[Q.SHORT_WAIT_FOR_LONG]
@@ -234,8 +289,9 @@ def test_short_requests_do_not_wait_for_long_ones_on_vllm(small_vllm, tmp_path):
 def test_short_requests_wait_for_long_ones_on_a_static_pytorch_server(tiny_model_dir, tmp_path):
     # `transformers serve` streams ~30 tokens/s here, one request at a time, and cannot be told to
     # ignore EOS (its random-weight model may stop a "long" request early): 64 against 4 tokens.
-    step = HeterogeneityPlan(peers=2, rounds=2, alone_rounds=1, prompt_tokens=16, short_tokens=4, long_tokens=64,
-                             time_cap_s=40)
+    step = HeterogeneityPlan(
+        peers=2, rounds=2, alone_rounds=1, prompt_tokens=16, short_tokens=4, long_tokens=64, time_cap_s=40
+    )
     plan = ExperimentPlan(ActiveBudget(20, 45), (("heterogeneity", step),))
     with TransformersServer(tiny_model_dir, tmp_path / "server") as server:  # plain generate(): no batching
         results = _active(server, tmp_path / "run", ("heterogeneity",), plan=plan)
@@ -248,8 +304,9 @@ def test_short_requests_wait_for_long_ones_on_a_static_pytorch_server(tiny_model
 # --- Q5: speculative decoding off is reported as off ------------------------------------------------------
 @real
 def test_spec_experiment_on_an_engine_without_spec_decoding(small_vllm, tmp_path):
-    plan = ExperimentPlan(ActiveBudget(10, 20), (("spec", SpecPlan(requests=2, prompt_tokens=16, output_tokens=32,
-                                                                   time_cap_s=15)),))
+    plan = ExperimentPlan(
+        ActiveBudget(10, 20), (("spec", SpecPlan(requests=2, prompt_tokens=16, output_tokens=32, time_cap_s=15)),)
+    )
     results = _active(small_vllm, tmp_path, ("spec",), plan=plan)
     per_event = results[Q.SPEC_TOKENS_PER_EVENT]
     assert isinstance(per_event, Measurement), per_event
@@ -267,15 +324,37 @@ def test_spec_experiment_on_an_engine_without_spec_decoding(small_vllm, tmp_path
 
 # --- the analysis, on hand-made records ----------------------------------------------------------------
 def _ctx() -> ExperimentContext:
-    return ExperimentContext(driver=None, prompts=PromptMaker(), source="http://x", endpoint="completions",  # type: ignore[arg-type]
-                             events=JsonlWriter(None))
+    return ExperimentContext(
+        driver=None,
+        prompts=PromptMaker(),
+        source="http://x",
+        endpoint="completions",  # type: ignore[arg-type]
+        events=JsonlWriter(None),
+    )
 
 
-def _stream(rid: str, t_send: float, times: list[float], phase: str = "steady", tag: str = "",
-            fault: FaultKind | None = None, finish: str | None = "length") -> RequestRecord:
-    return RequestRecord(rid, "x", phase, tag, "completions", t_send, 0.0, tuple(t - t_send for t in times),
-                         t_end=times[-1] - t_send if times else 0.0, finish_reason=None if fault else finish,
-                         fault=fault)
+def _stream(
+    rid: str,
+    t_send: float,
+    times: list[float],
+    phase: str = "steady",
+    tag: str = "",
+    fault: FaultKind | None = None,
+    finish: str | None = "length",
+) -> RequestRecord:
+    return RequestRecord(
+        rid,
+        "x",
+        phase,
+        tag,
+        "completions",
+        t_send,
+        0.0,
+        tuple(t - t_send for t in times),
+        t_end=times[-1] - t_send if times else 0.0,
+        finish_reason=None if fault else finish,
+        fault=fault,
+    )
 
 
 def test_interference_analysis_finds_the_stall_inside_prefill_windows():
@@ -286,8 +365,10 @@ def test_interference_analysis_finds_the_stall_inside_prefill_windows():
         t += stall_at.get(i, 0.01)
         out.append(t)
     steady = [_stream("s", 0.0, out)]
-    injected = [_stream("i0", out[148], [out[151]], "inject", "500"), _stream("i1", out[218], [out[221]], "inject",
-                                                                            "1000")]
+    injected = [
+        _stream("i0", out[148], [out[151]], "inject", "500"),
+        _stream("i1", out[218], [out[221]], "inject", "1000"),
+    ]
     result = analyse_interference(_ctx(), plan, steady, injected, t_start=0.0, baseline_end=1.0).results
     inflation = result[Q.ITL_INFLATION]
     assert isinstance(inflation, Measurement) and inflation.value > 1.5
@@ -296,8 +377,8 @@ def test_interference_analysis_finds_the_stall_inside_prefill_windows():
 
 
 def test_merged_events_on_an_engine_without_spec_decoding_are_not_read_as_acceptance():
-    from probes.experiments.spec import analyse_spec
-    from probes.results import NotMeasured
+    from llm_diagnose.probes.experiments.spec import analyse_spec
+    from llm_diagnose.probes.results import NotMeasured
 
     class EngineWithoutSpec:  # the counters' answer on vLLM without --speculative-config
         available = True
@@ -307,13 +388,19 @@ def test_merged_events_on_an_engine_without_spec_decoding_are_not_read_as_accept
             return {Q.SPEC_ACCEPTANCE_RATE: off, Q.SPEC_ACCEPTANCE_LENGTH: off}
 
     # Two streams of 6 tokens in 4 events: the front end merged some steps.
-    recs = [replace(_stream(f"s{i}", 0.0, [0.01, 0.02, 0.03, 0.04], "decode"), completion_tokens=6,
-                    event_tokens=(1, 2, 2, 1)) for i in range(2)]
+    recs = [
+        replace(
+            _stream(f"s{i}", 0.0, [0.01, 0.02, 0.03, 0.04], "decode"), completion_tokens=6, event_tokens=(1, 2, 2, 1)
+        )
+        for i in range(2)
+    ]
     out = analyse_spec(_ctx(), SpecPlan(), recs, EngineWithoutSpec()).results
     assert out[Q.SPEC_TOKENS_PER_EVENT].value == pytest.approx(1.5)
     assert any("merged the outputs" in w for w in out[Q.SPEC_TOKENS_PER_EVENT].warnings)
-    assert isinstance(out[Q.SPEC_ACCEPTANCE_LENGTH], NotMeasured) and "not configured" in \
-        out[Q.SPEC_ACCEPTANCE_LENGTH].reason
+    assert (
+        isinstance(out[Q.SPEC_ACCEPTANCE_LENGTH], NotMeasured)
+        and "not configured" in out[Q.SPEC_ACCEPTANCE_LENGTH].reason
+    )
     # Without any counters the same events still give the estimate, marked as an upper bound.
     estimate = analyse_spec(_ctx(), SpecPlan(), recs, ServerDelta(None, None)).results[Q.SPEC_ACCEPTANCE_LENGTH]
     assert isinstance(estimate, Measurement) and "upper bound" in estimate.note
@@ -321,8 +408,10 @@ def test_merged_events_on_an_engine_without_spec_decoding_are_not_read_as_accept
 
 def test_heterogeneity_analysis_counts_a_probe_still_waiting_as_a_lower_bound():
     recs = [_stream(f"c{i}", 0.0, [0.05, 0.1], "short-peers", "probe") for i in range(3)]
-    recs += [_stream("t0", 0.0, [1.0, 1.1], "long-peers", "probe"),
-             _stream("t1", 0.0, [0.9], "long-peers", "probe", fault=FaultKind.STOPPED_BY_CLIENT)]
+    recs += [
+        _stream("t0", 0.0, [1.0, 1.1], "long-peers", "probe"),
+        _stream("t1", 0.0, [0.9], "long-peers", "probe", fault=FaultKind.STOPPED_BY_CLIENT),
+    ]
     recs += [_stream("f", 0.0, [0.01], "long-peers", "probe", fault=FaultKind.CUT_OFF)]  # a fault is not fast
     result = analyse_heterogeneity(_ctx(), HeterogeneityPlan(), recs).results[Q.SHORT_WAIT_FOR_LONG]
     assert isinstance(result, Measurement) and result.value == pytest.approx((1.1 + 0.9) / 2 / 0.1)
@@ -330,8 +419,8 @@ def test_heterogeneity_analysis_counts_a_probe_still_waiting_as_a_lower_bound():
 
 
 def test_a_disagreement_names_the_side_to_believe():
-    from probes.load.health import ClientHealth
-    from probes.results import Provenance
+    from llm_diagnose.probes.load.health import ClientHealth
+    from llm_diagnose.probes.results import Provenance
 
     ratio = Measurement(3.0, "ratio", Provenance("x", "y"), note="disagree")
     starved = ClientHealth(10.0, (0.2,) * 100, 9.5, 1000, 0.05, None, 2, False)
@@ -341,7 +430,7 @@ def test_a_disagreement_names_the_side_to_believe():
 
 
 def test_a_client_that_was_not_scheduled_says_so_and_one_that_kept_up_does_not():
-    from probes.load.health import STALL_S, ClientHealth
+    from llm_diagnose.probes.load.health import STALL_S, ClientHealth
 
     stalled = ClientHealth(7.5, (0.001,) * 50 + (5.1,), 0.03, 10, 0.001, 1.0, 2, True)
     fine = ClientHealth(7.5, (0.001,) * 50 + (STALL_S * 0.9,), 0.6, 1000, 0.01, 0.5, 2, True)

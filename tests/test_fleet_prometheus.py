@@ -2,7 +2,7 @@
 
 One scenario, set up once for the module: two vLLM servers (the shared default one, prefix
 caching on, and one with prefix caching off), a Prometheus on 127.0.0.1 scraping both every
-second, and the direct scraper (probes.metrics.scraper) watching both over the same time.
+second, and the direct scraper (llm_diagnose.probes.metrics.scraper) watching both over the same time.
 The same shared-prefix workload goes to both servers, strictly inside both windows (idle
 scrapes before and after), so:
 
@@ -35,24 +35,31 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from diagnose.cli import main
-from diagnose.evidence import Evidence, Target
-from diagnose.fleet import fleet_view
-from probes import quantities as Q
-from probes.metrics import Scraper, passive_evidence
-from probes.metrics.prometheus_api import (
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.fleet import fleet_view
+from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.metrics import Scraper, passive_evidence
+from llm_diagnose.probes.metrics.prometheus_api import (
     EmptySelection,
     MalformedAnswer,
     PrometheusRefused,
     read_fleet,
 )
-from probes.results import Measurement
+from llm_diagnose.probes.results import Measurement
 
 SCRAPE_INTERVAL_S = 1.0
 DIRECT_INTERVAL_S = 0.5
 # Counter and histogram increases over the same traffic: equal up to float rounding.
-EXACT_KEYS = (Q.PREFIX_HIT_RATE, Q.PREFIX_QUERIED_TOKENS, Q.PREEMPTIONS, Q.TTFT_P50, Q.E2E_P50,
-              Q.OUTPUT_LEN_P50, Q.INPUT_LEN_P50)
+EXACT_KEYS = (
+    Q.PREFIX_HIT_RATE,
+    Q.PREFIX_QUERIED_TOKENS,
+    Q.PREEMPTIONS,
+    Q.TTFT_P50,
+    Q.E2E_P50,
+    Q.OUTPUT_LEN_P50,
+    Q.INPUT_LEN_P50,
+)
 RATE_KEYS = (Q.PROMPT_TOKENS_PER_S, Q.GEN_TOKENS_PER_S, Q.REQUESTS_PER_S)
 FACT_KEYS = (Q.ENGINE_NAME, Q.PREFIX_CACHING, Q.BLOCK_SIZE, Q.KV_CAPACITY_TOKENS)
 
@@ -72,11 +79,14 @@ class Prometheus:
         self.work = work
         work.mkdir(parents=True, exist_ok=True)
         jobs = {**jobs, "self": [f"127.0.0.1:{self.port}"]}
-        scrape = "".join(f"  - job_name: {job}\n    static_configs:\n      - targets: {json.dumps(targets)}\n"
-                         for job, targets in jobs.items())
+        scrape = "".join(
+            f"  - job_name: {job}\n    static_configs:\n      - targets: {json.dumps(targets)}\n"
+            for job, targets in jobs.items()
+        )
         (work / "prometheus.yml").write_text(
             f"global:\n  scrape_interval: {SCRAPE_INTERVAL_S:g}s\n  scrape_timeout: {SCRAPE_INTERVAL_S:g}s\n"
-            f"scrape_configs:\n{scrape}")
+            f"scrape_configs:\n{scrape}"
+        )
         self.log = work / "prometheus.log"
         self.proc: subprocess.Popen | None = None
 
@@ -88,9 +98,15 @@ class Prometheus:
         binary = shutil.which("prometheus")
         assert binary, "prometheus is not installed: `make install` installs Debian's package"
         self.proc = subprocess.Popen(
-            [binary, f"--config.file={self.work / 'prometheus.yml'}", f"--storage.tsdb.path={self.work / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+            [
+                binary,
+                f"--config.file={self.work / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.work / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"prometheus exited: {self.log.read_text()[-2000:]}"
@@ -133,8 +149,10 @@ def wait_until_scraped(prom: Prometheus, instances: list[str], after: float, tim
     """Until Prometheus holds a sample newer than `after` from every instance."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        got = {r["metric"]["instance"]: float(r["value"][1]) for r in  # value: the sample's own time
-               prom.instant('timestamp(vllm:num_requests_running{job="vllm"})')}
+        got = {
+            r["metric"]["instance"]: float(r["value"][1])
+            for r in prom.instant('timestamp(vllm:num_requests_running{job="vllm"})')  # value: the sample's own time
+        }
         if all(got.get(i, 0.0) > after for i in instances):
             return
         time.sleep(0.2)
@@ -152,6 +170,7 @@ def scenario(vllm_server_factory, tmp_path_factory):
     nonce = f"n{time.monotonic_ns()}"  # a prefix no earlier test has cached
     trace = tmp_path_factory.mktemp("trace") / "requests.jsonl"
     try:
+
         async def both():
             # Prometheus scrapes a new target first after up to an interval (plus its start-up):
             # the window opens once it scrapes both, as it would in a fleet scraped for days.
@@ -179,8 +198,16 @@ def scenario(vllm_server_factory, tmp_path_factory):
 
         direct, start, end = asyncio.run(both())
         cached_instance = f"127.0.0.1:{cached.port}"
-        yield {"prom": prom, "direct": direct, "start": start, "end": end, "cached": cached_instance,
-               "uncached": f"127.0.0.1:{uncached.port}", "servers": servers, "trace": trace}
+        yield {
+            "prom": prom,
+            "direct": direct,
+            "start": start,
+            "end": end,
+            "cached": cached_instance,
+            "uncached": f"127.0.0.1:{uncached.port}",
+            "servers": servers,
+            "trace": trace,
+        }
     finally:
         prom.stop()
 
@@ -240,8 +267,11 @@ class TestSameEvidenceBothWays:
             assert isinstance(via[Q.RUNNING_MAX], Measurement) and via[Q.RUNNING_MAX].value >= 0
 
     def test_query_range_gives_the_same_increases(self, scenario, fleet):
-        stepped = asyncio.run(read_fleet(scenario["prom"].url, '{job="vllm"}', scenario["start"], scenario["end"],
-                                         step_s=SCRAPE_INTERVAL_S))
+        stepped = asyncio.run(
+            read_fleet(
+                scenario["prom"].url, '{job="vllm"}', scenario["start"], scenario["end"], step_s=SCRAPE_INTERVAL_S
+            )
+        )
         for instance in scenario["servers"]:
             raw, step = passive_evidence(fleet.windows[instance]), passive_evidence(stepped.windows[instance])
             assert close(raw[Q.PREFIX_QUERIED_TOKENS].value, step[Q.PREFIX_QUERIED_TOKENS].value)
@@ -263,9 +293,23 @@ class TestFleetView:
 
     def test_cli_writes_fleet_and_replicas(self, scenario, tmp_path, capsys):
         out = tmp_path / "fleet"
-        rc = main(["fleet", "--prometheus", scenario["prom"].url, "--selector", '{job="vllm"}',
-                   "--start", f"{scenario['start']:.3f}", "--end", f"{scenario['end']:.3f}", "--out", str(out),
-                   "--trace", str(scenario["trace"])])
+        rc = main(
+            [
+                "fleet",
+                "--prometheus",
+                scenario["prom"].url,
+                "--selector",
+                '{job="vllm"}',
+                "--start",
+                f"{scenario['start']:.3f}",
+                "--end",
+                f"{scenario['end']:.3f}",
+                "--out",
+                str(out),
+                "--trace",
+                str(scenario["trace"]),
+            ]
+        )
         printed = capsys.readouterr().out
         assert rc == 0
         document = json.loads((out / "fleet.json").read_text())
@@ -303,9 +347,9 @@ class TestBadInputWithRealPrometheus:
 
     def test_bad_selector_is_refused_by_prometheus(self, scenario, tmp_path, capsys):
         with pytest.raises(PrometheusRefused) as info:
-            asyncio.run(read_fleet(scenario["prom"].url, '{job=}', time.time() - 60, time.time()))
+            asyncio.run(read_fleet(scenario["prom"].url, "{job=}", time.time() - 60, time.time()))
         assert info.value.error_type == "bad_data"
-        assert self.cli(scenario["prom"].url, tmp_path, "--selector", '{job=}') == 2
+        assert self.cli(scenario["prom"].url, tmp_path, "--selector", "{job=}") == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--selector" in err
 
@@ -326,7 +370,7 @@ class FakeApi:
     def __init__(self, status: int, body: str, content_type: str = "application/json") -> None:
         self.status, self.body, self.content_type = status, body, content_type
 
-    async def __aenter__(self) -> "FakeApi":
+    async def __aenter__(self) -> FakeApi:
         app = web.Application()
         app.router.add_get("/api/v1/query", self._handle)
         self.runner = web.AppRunner(app)
@@ -347,6 +391,7 @@ def fake_read(status: int, body: str, content_type: str = "application/json"):
     async def go():
         async with FakeApi(status, body, content_type) as api:
             return await read_fleet(api.url, '{job="vllm"}', time.time() - 60, time.time())
+
     return asyncio.run(go())
 
 
@@ -356,21 +401,38 @@ class TestMalformedAnswers:
         with pytest.raises(MalformedAnswer, match="resultType 'vector'"):
             fake_read(200, json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}))
         with pytest.raises(MalformedAnswer, match=r"values\[0\]"):
-            fake_read(200, json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
-                {"metric": {"__name__": "vllm:num_requests_running"}, "values": [[1, "x"]]}]}}))
+            fake_read(
+                200,
+                json.dumps(
+                    {
+                        "status": "success",
+                        "data": {
+                            "resultType": "matrix",
+                            "result": [{"metric": {"__name__": "vllm:num_requests_running"}, "values": [[1, "x"]]}],
+                        },
+                    }
+                ),
+            )
         with pytest.raises(MalformedAnswer, match="no 'status'"):
             fake_read(200, "[1, 2]")
 
     def test_too_large_query_says_what_to_do(self, tmp_path, capsys):
         # Fake: making a real Prometheus exceed --query.max-samples needs a large TSDB; its
         # answer is this documented error document with HTTP 422.
-        body = json.dumps({"status": "error", "errorType": "execution",
-                           "error": "query processing would load too many samples into memory in query execution"})
+        body = json.dumps(
+            {
+                "status": "error",
+                "errorType": "execution",
+                "error": "query processing would load too many samples into memory in query execution",
+            }
+        )
 
         async def go():
             async with FakeApi(422, body) as api:
-                return await asyncio.to_thread(main, ["fleet", "--prometheus", api.url, "--since", "1h",
-                                                      "--out", str(tmp_path / "o")])
+                return await asyncio.to_thread(
+                    main, ["fleet", "--prometheus", api.url, "--since", "1h", "--out", str(tmp_path / "o")]
+                )
+
         assert asyncio.run(go()) == 3
         err = capsys.readouterr().err
         assert "too many samples" in err and "--step" in err
@@ -379,7 +441,9 @@ class TestMalformedAnswers:
         # Fake: an HTML login page answering 200 on any path (a real proxy would do this).
         async def go():
             async with FakeApi(200, "<html><body>login</body></html>", "text/html") as api:
-                return await asyncio.to_thread(main, ["fleet", "--prometheus", api.url, "--since", "1m",
-                                                      "--out", str(tmp_path / "o")])
+                return await asyncio.to_thread(
+                    main, ["fleet", "--prometheus", api.url, "--since", "1m", "--out", str(tmp_path / "o")]
+                )
+
         assert asyncio.run(go()) == 3
         assert "did not answer with JSON" in capsys.readouterr().err

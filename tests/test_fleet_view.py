@@ -11,13 +11,13 @@ import json
 
 import pytest
 
-from diagnose.commands.fleet import folder_names, parse_duration, parse_time, window_of
-from diagnose.errors import UsageError
-from diagnose.fleet import CACHING_OFF_NOTE, fleet_view, render_text
-from diagnose.thresholds import Thresholds
-from probes import quantities as Q
-from probes.metrics import passive_evidence
-from probes.metrics.prometheus_api import (
+from llm_diagnose.diagnose.commands.fleet import folder_names, parse_duration, parse_time, window_of
+from llm_diagnose.diagnose.errors import UsageError
+from llm_diagnose.diagnose.fleet import CACHING_OFF_NOTE, fleet_view, render_text
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.metrics import passive_evidence
+from llm_diagnose.probes.metrics.prometheus_api import (
     InvalidSelector,
     MalformedAnswer,
     PrometheusRefused,
@@ -30,9 +30,18 @@ from tests.evidence_builders import build
 
 
 def replica(hit=0.5, queried=10_000.0, kv=0.3, preempt=0.0, waiting=0.0, prompt_rate=100.0, caching=True, **more):
-    items = {Q.PREFIX_HIT_RATE: hit, Q.PREFIX_QUERIED_TOKENS: queried, Q.KV_USAGE_P95: kv, Q.PREEMPTIONS: preempt,
-             Q.WAITING_MEAN: waiting, Q.PROMPT_TOKENS_PER_S: prompt_rate, Q.REQUESTS_PER_S: 1.0,
-             Q.PREFIX_CACHING: caching, Q.BLOCK_SIZE: "128", Q.ENGINE_NAME: "vllm"}
+    items = {
+        Q.PREFIX_HIT_RATE: hit,
+        Q.PREFIX_QUERIED_TOKENS: queried,
+        Q.KV_USAGE_P95: kv,
+        Q.PREEMPTIONS: preempt,
+        Q.WAITING_MEAN: waiting,
+        Q.PROMPT_TOKENS_PER_S: prompt_rate,
+        Q.REQUESTS_PER_S: 1.0,
+        Q.PREFIX_CACHING: caching,
+        Q.BLOCK_SIZE: "128",
+        Q.ENGINE_NAME: "vllm",
+    }
     items.update(more)
     return build(items)
 
@@ -78,15 +87,20 @@ class TestDivergence:
         assert view.table["off"][Q.PREFIX_HIT_RATE] is None
         assert divergence_or_none(view, Q.PREFIX_HIT_RATE) is None  # one value: nothing to compare
 
-    @pytest.mark.parametrize("counts, diverges", [((3.0, 0.0), True), ((1.0, 0.0), True), ((3.0, 2.0), False),
-                                                  ((0.0, 0.0), False)])
+    @pytest.mark.parametrize(
+        "counts, diverges", [((3.0, 0.0), True), ((1.0, 0.0), True), ((3.0, 2.0), False), ((0.0, 0.0), False)]
+    )
     def test_preemptions_some_against_none(self, counts, diverges):
         view = fleet_view({"a": replica(preempt=counts[0]), "b": replica(preempt=counts[1])})
         assert divergence(view, Q.PREEMPTIONS).comparison.holds is diverges
 
     def test_load_imbalance_explains_kv_and_queue(self):
-        view = fleet_view({"busy": replica(kv=0.9, waiting=2.0, prompt_rate=400.0),
-                           "idle": replica(kv=0.2, waiting=0.0, prompt_rate=100.0)})
+        view = fleet_view(
+            {
+                "busy": replica(kv=0.9, waiting=2.0, prompt_rate=400.0),
+                "idle": replica(kv=0.2, waiting=0.0, prompt_rate=100.0),
+            }
+        )
         load = divergence(view, Q.PROMPT_TOKENS_PER_S)
         assert load.comparison.holds and load.comparison.value == 4.0 and load.high == ("busy",)
         for key in (Q.KV_USAGE_P95, Q.WAITING_MEAN):
@@ -111,7 +125,9 @@ class TestDivergence:
         assert not divergence(fleet_view(pair, loose), Q.PREFIX_HIT_RATE).comparison.holds
 
     def test_config_difference_in_kv_capacity(self):
-        view = fleet_view({"a": replica(**{Q.KV_CAPACITY_TOKENS: 2048.0}), "b": replica(**{Q.KV_CAPACITY_TOKENS: 4096.0})})
+        view = fleet_view(
+            {"a": replica(**{Q.KV_CAPACITY_TOKENS: 2048.0}), "b": replica(**{Q.KV_CAPACITY_TOKENS: 4096.0})}
+        )
         assert [c.key for c in view.config_differences] == [Q.KV_CAPACITY_TOKENS]
 
     def test_one_replica(self):
@@ -159,7 +175,9 @@ class TestFleetHitRateAndRouting:
         assert r.reference_key == Q.PREFIX_POTENTIAL and any("unlimited" in c for c in r.caveats)
 
     def test_preemptions_are_a_caveat(self):
-        r = fleet_view({"a": replica(hit=0.1, preempt=4.0), "b": replica(hit=0.1)}, trace=trace(at_capacity=0.8)).routing
+        r = fleet_view(
+            {"a": replica(hit=0.1, preempt=4.0), "b": replica(hit=0.1)}, trace=trace(at_capacity=0.8)
+        ).routing
         assert r.status == "suspected" and any("eviction" in c and "a" in c for c in r.caveats)
 
     def test_a_trace_without_reuse_is_not_indicated(self):
@@ -203,16 +221,23 @@ def test_windows_from_matrix_rebuild_pages():
         series("vllm:time_to_first_token_seconds_sum", "a:1", [(1.0, 0.0), (3.0, 1.0)], engine="0"),
         series("vllm:num_requests_running", "b:2", [(1.5, 0.0), (2.5, 3.0)], engine="0"),
     ]
-    up = [series("up", "a:1", [(1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (4.0, 0.0)]),
-          series("up", "b:2", [(1.5, 1.0), (2.5, 1.0)]), series("up", "c:3", [(1.0, 1.0)])]
+    up = [
+        series("up", "a:1", [(1.0, 1.0), (2.0, 1.0), (3.0, 1.0), (4.0, 0.0)]),
+        series("up", "b:2", [(1.5, 1.0), (2.5, 1.0)]),
+        series("up", "c:3", [(1.0, 1.0)]),
+    ]
     windows, without = windows_from_matrix(matrix, up, replica_label="instance", source_of=lambda r: f"prom {r}")
     assert set(windows) == {"a:1", "b:2"} and without == ("c:3",)
     a = windows["a:1"]
     assert [r.ok for r in a.records] == [True, True, True, False]  # up=0 at t=4: a failed scrape
     assert a.stopped_early and "up=0" in a.stopped_early
     first = a.records[0].scrape
-    assert first.created_at("vllm:prefix_cache_queries", frozenset(
-        {("instance", "a:1"), ("job", "vllm"), ("engine", "0")})) == 7.0  # a timestamp, not a counter
+    assert (
+        first.created_at(
+            "vllm:prefix_cache_queries", frozenset({("instance", "a:1"), ("job", "vllm"), ("engine", "0")})
+        )
+        == 7.0
+    )  # a timestamp, not a counter
     ev = passive_evidence(a)
     assert ev[Q.PREFIX_QUERIED_TOKENS].value == 300.0 and ev[Q.PREFIX_HIT_RATE].value == pytest.approx(200 / 300)
     assert ev[Q.LIVE_WINDOW_COMPLETE].value is False
@@ -222,19 +247,28 @@ def test_windows_from_matrix_rebuild_pages():
 
 
 def test_parse_matrix_errors_and_warnings():
-    ok = {"status": "success", "warnings": ["partial"], "data": {"resultType": "matrix", "result": [
-        {"metric": {"__name__": "up"}, "values": [[1.5, "NaN"], [2, "+Inf"]]}]}}
+    ok = {
+        "status": "success",
+        "warnings": ["partial"],
+        "data": {
+            "resultType": "matrix",
+            "result": [{"metric": {"__name__": "up"}, "values": [[1.5, "NaN"], [2, "+Inf"]]}],
+        },
+    }
     result, warns = parse_matrix(ok, "p")
     assert warns == ("partial",) and result[0][1][1] == (2.0, float("inf"))
     with pytest.raises(PrometheusRefused) as info:
         parse_matrix({"status": "error", "errorType": "bad_data", "error": "parse error"}, "p")
     assert info.value.error_type == "bad_data" and "parse error" in str(info.value)
-    for bad, what in (({"status": "success"}, "'data'"),
-                      ({"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}}]}}, "lacks"),
-                      ({"status": "success", "data": {"resultType": "matrix", "result": [
-                          {"metric": {"a": 1}, "values": []}]}}, "not a string"),
-                      ({"status": "success", "data": {"resultType": "matrix", "result": [
-                          {"metric": {}, "values": [[1]]}]}}, "pair")):
+    for bad, what in (
+        ({"status": "success"}, "'data'"),
+        ({"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}}]}}, "lacks"),
+        (
+            {"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {"a": 1}, "values": []}]}},
+            "not a string",
+        ),
+        ({"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [[1]]}]}}, "pair"),
+    ):
         with pytest.raises(MalformedAnswer, match=what):
             parse_matrix(bad, "p")
 
@@ -265,5 +299,9 @@ def test_window_flags():
 
 def test_folder_names_are_safe_and_unique():
     names = folder_names(["10.0.0.7:8000", "10.0.0.7_8000", "vllm-0", "../x"])
-    assert names == {"10.0.0.7:8000": "10.0.0.7_8000", "10.0.0.7_8000": "10.0.0.7_8000-2", "vllm-0": "vllm-0",
-                     "../x": "_x"}
+    assert names == {
+        "10.0.0.7:8000": "10.0.0.7_8000",
+        "10.0.0.7_8000": "10.0.0.7_8000-2",
+        "vllm-0": "vllm-0",
+        "../x": "_x",
+    }

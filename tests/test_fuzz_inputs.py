@@ -2,7 +2,7 @@
 on a run folder holding it too) and `trace` (every trace format, plain and gzipped). Whatever the input, the command line answers with a
 documented exit code (README "Exit codes") and never a traceback.
 
-The CLI entry (diagnose.cli.main) runs in-process, so an exception that escapes it fails the
+The CLI entry (llm_diagnose.diagnose.cli.main) runs in-process, so an exception that escapes it fails the
 test with its own traceback, and stdout/stderr are captured per example.
 """
 
@@ -19,13 +19,16 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from diagnose.cli import main
-from probes.quantities import CATALOGUE
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.probes.quantities import CATALOGUE
 
 DOCUMENTED_EXIT_CODES = {0, 1, 2, 3, 4, 5, 130}  # README "Exit codes"
 # LLMD_FUZZ_EXAMPLES=2000 for a longer hunt; the default keeps the suite quick.
-FUZZ = settings(max_examples=int(os.environ.get("LLMD_FUZZ_EXAMPLES", "120")), deadline=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=int(os.environ.get("LLMD_FUZZ_EXAMPLES", "120")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
@@ -47,37 +50,59 @@ def assert_answered(code: int, err: str) -> None:
 texts = st.text(max_size=12)
 odd_numbers = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
-    st.integers(-10**6, 10**6),
+    st.integers(-(10**6), 10**6),
     st.integers(10**300, 10**400),  # beyond a float
     st.sampled_from([-1.0, 0.0, 1e308, -1e-308, 2.0, 0.99]),
 )
 deep = st.integers(1, 3000).map(lambda n: "[" * n + "]" * n)  # spliced in as raw text: json.dumps would recurse
 scalars = st.one_of(st.none(), st.booleans(), odd_numbers, texts, st.sampled_from(["NaN", "Infinity", "0.99", "true"]))
-json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
-                           max_leaves=12)
+json_values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4), max_leaves=12
+)
 provenances = st.one_of(
-    st.fixed_dictionaries({"method": texts, "source": texts, "taken_at": texts},
-                          optional={"window_s": json_values, "timer": json_values}),
+    st.fixed_dictionaries(
+        {"method": texts, "source": texts, "taken_at": texts}, optional={"window_s": json_values, "timer": json_values}
+    ),
     json_values,
 )
 items = st.one_of(
-    st.fixed_dictionaries({"kind": st.just("measurement"), "value": json_values | odd_numbers, "unit": texts | json_values,
-                           "provenance": provenances},
-                          optional={"samples": st.lists(odd_numbers | json_values, max_size=5) | json_values,
-                                    "calls_per_sample": json_values, "summary": json_values,
-                                    "warnings": json_values, "note": json_values}),
-    st.fixed_dictionaries({"kind": st.just("fact"), "value": json_values, "provenance": provenances},
-                          optional={"note": json_values}),
-    st.fixed_dictionaries({"kind": st.just("not-measured"), "reason": texts | json_values},
-                          optional={"hint": json_values, "provenance": provenances}),
+    st.fixed_dictionaries(
+        {
+            "kind": st.just("measurement"),
+            "value": json_values | odd_numbers,
+            "unit": texts | json_values,
+            "provenance": provenances,
+        },
+        optional={
+            "samples": st.lists(odd_numbers | json_values, max_size=5) | json_values,
+            "calls_per_sample": json_values,
+            "summary": json_values,
+            "warnings": json_values,
+            "note": json_values,
+        },
+    ),
+    st.fixed_dictionaries(
+        {"kind": st.just("fact"), "value": json_values, "provenance": provenances}, optional={"note": json_values}
+    ),
+    st.fixed_dictionaries(
+        {"kind": st.just("not-measured"), "reason": texts | json_values},
+        optional={"hint": json_values, "provenance": provenances},
+    ),
     json_values,
 )
 keys = st.sampled_from(sorted(CATALOGUE)) | texts
 evidence_docs = st.fixed_dictionaries(
-    {"schema": st.just("llm-diagnose/evidence") | json_values, "version": st.just(1) | json_values,
-     "items": st.dictionaries(keys, items, max_size=12) | json_values},
-    optional={"target": st.fixed_dictionaries({"url": json_values, "label": json_values}) | json_values,
-              "created_at": json_values, "tool": json_values, "host": json_values},
+    {
+        "schema": st.just("llm-diagnose/evidence") | json_values,
+        "version": st.just(1) | json_values,
+        "items": st.dictionaries(keys, items, max_size=12) | json_values,
+    },
+    optional={
+        "target": st.fixed_dictionaries({"url": json_values, "label": json_values}) | json_values,
+        "created_at": json_values,
+        "tool": json_values,
+        "host": json_values,
+    },
 )
 
 
@@ -131,23 +156,48 @@ def _field(good):
     return st.just(good) | json_values | odd_numbers
 
 
-mooncake = st.fixed_dictionaries({"timestamp": _field(1000), "input_length": _field(1024), "output_length": _field(8),
-                                  "hash_ids": st.lists(st.integers(0, 2**64 + 5), max_size=6) | json_values})
-messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system"]) | json_values,
-                                           "content": texts | json_values}), max_size=3) | json_values
-openai = st.fixed_dictionaries({"model": st.just("m") | json_values, "messages": messages},
-                               optional={"timestamp": _field("2024-05-01T10:00:00Z"), "latency_ms": _field(100),
-                                         "response": json_values | st.just({"usage": {"prompt_tokens": 5}})})
+mooncake = st.fixed_dictionaries(
+    {
+        "timestamp": _field(1000),
+        "input_length": _field(1024),
+        "output_length": _field(8),
+        "hash_ids": st.lists(st.integers(0, 2**64 + 5), max_size=6) | json_values,
+    }
+)
+messages = (
+    st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "system"]) | json_values, "content": texts | json_values}
+        ),
+        max_size=3,
+    )
+    | json_values
+)
+openai = st.fixed_dictionaries(
+    {"model": st.just("m") | json_values, "messages": messages},
+    optional={
+        "timestamp": _field("2024-05-01T10:00:00Z"),
+        "latency_ms": _field(100),
+        "response": json_values | st.just({"usage": {"prompt_tokens": 5}}),
+    },
+)
 openai_wrapped = st.fixed_dictionaries({"request": openai | json_values}, optional={"response": json_values})
-prompts = st.fixed_dictionaries({"prompt": texts | st.lists(st.integers(-5, 2**40), max_size=6) | json_values},
-                                optional={"output_length": _field(20), "timestamp": _field(0.5),
-                                          "timestamp_ms": _field(500)})
-token_prompts = st.fixed_dictionaries({"prompt_token_ids": st.lists(st.integers(-5, 2**40), max_size=6) | json_values},
-                                      optional={"output_length": _field(20)})
+prompts = st.fixed_dictionaries(
+    {"prompt": texts | st.lists(st.integers(-5, 2**40), max_size=6) | json_values},
+    optional={"output_length": _field(20), "timestamp": _field(0.5), "timestamp_ms": _field(500)},
+)
+token_prompts = st.fixed_dictionaries(
+    {"prompt_token_ids": st.lists(st.integers(-5, 2**40), max_size=6) | json_values},
+    optional={"output_length": _field(20)},
+)
 JSONL = {"mooncake": mooncake, "openai": openai | openai_wrapped, "prompts": prompts | token_prompts}
-CSV = {"azure": ("TIMESTAMP,ContextTokens,GeneratedTokens", ["2023-11-16 18:15:46.6805900", "374", "44"]),
-       "burstgpt": ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
-                    ["5", "ChatGPT", "472", "18", "490", "Conversation log"])}
+CSV = {
+    "azure": ("TIMESTAMP,ContextTokens,GeneratedTokens", ["2023-11-16 18:15:46.6805900", "374", "44"]),
+    "burstgpt": (
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+        ["5", "ChatGPT", "472", "18", "490", "Conversation log"],
+    ),
+}
 csv_cells = st.sampled_from(["", "-1", "1e400", "nan", "x", '"', '"a,b"', "99999999999999999999", "\u00e9", "1.5"])
 
 
@@ -197,7 +247,9 @@ def test_trace_answers_any_trace_file(trace, strict, as_json):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"trace{suffix}"
         path.write_bytes(raw)
-        argv = ["trace", str(path), "--format", fmt] + (["--strict"] if strict else []) + (["--json"] if as_json else [])
+        argv = (
+            ["trace", str(path), "--format", fmt] + (["--strict"] if strict else []) + (["--json"] if as_json else [])
+        )
         code, out, err = run_cli(argv)
     assert_answered(code, err)
     assert code in (0, 2)

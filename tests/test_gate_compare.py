@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diagnose.gate import (
+from llm_diagnose.diagnose.gate import (
     RunData,
     Statistic,
     bootstrap_change,
@@ -14,8 +14,8 @@ from diagnose.gate import (
     compare_metric,
     statistic_of,
 )
-from diagnose.gate_rules import DiagnosisRules, GateRules, MetricRule
-from diagnose.tree import diagnose
+from llm_diagnose.diagnose.gate_rules import DiagnosisRules, GateRules, MetricRule
+from llm_diagnose.diagnose.tree import diagnose
 from tests.evidence_builders import build, sampled
 
 RULES = GateRules()
@@ -55,7 +55,7 @@ def test_bootstrap_is_seeded_and_its_interval_covers_the_truth():
 
 
 def test_large_samples_take_the_order_statistic_form_with_the_same_interval():
-    import diagnose.gate as gate
+    import llm_diagnose.diagnose.gate as gate
 
     base, cur = np.array(_lognormal(6000, 1.0, 0.5, 1)), np.array(_lognormal(6000, 1.05, 0.5, 2))
     for stat in (MEDIAN, Statistic("p95", 95.0)):
@@ -149,18 +149,27 @@ def test_a_newly_recommended_technique_and_a_changed_answer_are_regressions():
 
 
 def test_a_new_pitfall_is_a_regression_and_a_gone_one_an_improvement():
-    clean = diagnose(build(SHARED, prefix__hit_rate=0.5, prefix__hit_rate_first_requests=0.0, config__prefix_caching=True))
-    warm = diagnose(build(SHARED, prefix__hit_rate=0.5, prefix__hit_rate_first_requests=0.6, config__prefix_caching=True))
+    clean = diagnose(
+        build(SHARED, prefix__hit_rate=0.5, prefix__hit_rate_first_requests=0.0, config__prefix_caching=True)
+    )
+    warm = diagnose(
+        build(SHARED, prefix__hit_rate=0.5, prefix__hit_rate_first_requests=0.6, config__prefix_caching=True)
+    )
     forward = {o.name: o for o in compare_diagnoses(clean, warm, RULES)}
     assert forward["pitfall:warm-cache-benchmark"].verdict == "regression"
     assert "newly detected" in forward["pitfall:warm-cache-benchmark"].detail
     backward = {o.name: o for o in compare_diagnoses(warm, clean, RULES)}
     assert backward["pitfall:warm-cache-benchmark"].verdict == "improvement"
     same = {o.name: o for o in compare_diagnoses(warm, warm, RULES)}
-    assert same["pitfall:warm-cache-benchmark"].verdict == "pass" and "not new" in same["pitfall:warm-cache-benchmark"].detail
+    assert (
+        same["pitfall:warm-cache-benchmark"].verdict == "pass"
+        and "not new" in same["pitfall:warm-cache-benchmark"].detail
+    )
 
 
-@pytest.mark.parametrize("setting,verdict", [("warning", "warning"), ("ignore", "pass"), ("inconclusive", "inconclusive")])
+@pytest.mark.parametrize(
+    "setting,verdict", [("warning", "warning"), ("ignore", "pass"), ("inconclusive", "inconclusive")]
+)
 def test_diagnosis_rules_are_configurable(setting, verdict):
     base = diagnose(build(SHARED, prefix__potential_fraction=0.02, config__prefix_caching=False))
     cur = diagnose(build(SHARED, config__prefix_caching=False))
@@ -191,7 +200,7 @@ def test_compare_puts_it_together_and_picks_the_exit_code():
 
 
 def test_summaries_alone_are_compared_through_their_medians_intervals():
-    from probes.results import Measurement, Summary
+    from llm_diagnose.probes.results import Measurement, Summary
     from tests.evidence_builders import PROV
 
     def hist(values):
@@ -210,8 +219,16 @@ def test_summaries_alone_are_compared_through_their_medians_intervals():
 
 
 def test_a_technique_that_was_in_place_and_is_not_any_more_is_a_regression():
-    on = diagnose(build({"prefix.hit_rate": 0.9, "prefix.queried_tokens": 5000.0, "config.prefix_caching": True,
-                         "engine.name": "vllm"}))
+    on = diagnose(
+        build(
+            {
+                "prefix.hit_rate": 0.9,
+                "prefix.queried_tokens": 5000.0,
+                "config.prefix_caching": True,
+                "engine.name": "vllm",
+            }
+        )
+    )
     off = diagnose(build({"config.prefix_caching": False, "engine.name": "vllm"}))
     assert on.recommendation("prefix-caching").status == "in-place"
     o = {o.name: o for o in compare_diagnoses(on, off, RULES)}["technique:prefix-caching"]

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from diagnose.cli import main
-from diagnose.evidence import Evidence
-from diagnose.gate import RunData, compare, render_junit, render_text
-from diagnose.gate_rules import GateRules
-from diagnose.report import markdown
-from diagnose.tree import diagnose
-from probes.results import Measurement
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.gate import RunData, compare, render_junit, render_text
+from llm_diagnose.diagnose.gate_rules import GateRules
+from llm_diagnose.diagnose.report import markdown
+from llm_diagnose.diagnose.tree import diagnose
+from llm_diagnose.diagnose.tree.evidence import Evidence
+from llm_diagnose.probes.results import Measurement
 from tests.test_report_content import rendered_markdown
 from tests.test_report_samples import PROV, XSS, rich_evidence, write_run
 
@@ -72,9 +72,11 @@ def test_the_schema_is_strict():
     with pytest.raises(xmlschema.XMLSchemaValidationError):
         SCHEMA.validate('<testsuites><testsuite name="x" tests="one" failures="0" errors="0"/></testsuites>')
     with pytest.raises(xmlschema.XMLSchemaValidationError):
-        SCHEMA.validate('<testsuites><testsuite name="x" tests="1" failures="0" errors="0">'
-                        '<testcase name="a" classname="c" time="0"><failure/><skipped/></testcase>'
-                        '</testsuite></testsuites>')
+        SCHEMA.validate(
+            '<testsuites><testsuite name="x" tests="1" failures="0" errors="0">'
+            '<testcase name="a" classname="c" time="0"><failure/><skipped/></testcase>'
+            "</testsuite></testsuites>"
+        )
 
 
 def test_markdown_summary_renders_as_one_table_row_per_rule():
@@ -99,17 +101,36 @@ def test_terminal_summary_leads_with_the_verdict_and_lists_what_is_not_a_pass():
 
 # --- the command --------------------------------------------------------------------------------
 def _runs(tmp_path: Path, current: Evidence) -> tuple[Path, Path]:
-    return (write_run(tmp_path / "base", rich_evidence(), with_requests=False),
-            write_run(tmp_path / "cur", current, with_requests=False))
+    return (
+        write_run(tmp_path / "base", rich_evidence(), with_requests=False),
+        write_run(tmp_path / "cur", current, with_requests=False),
+    )
 
 
 def test_gate_command_passes_a_rerun_of_the_same_configuration(tmp_path, capsys):
-    base, cur = _runs(tmp_path, variant(rich_evidence(), latency__ttft_p50_s=ttft(0.2, 200, 0.1, 9),
-                                        decode__itl_p50_s=ttft(0.03, 200, 0.13, 8)))
+    base, cur = _runs(
+        tmp_path,
+        variant(
+            rich_evidence(), latency__ttft_p50_s=ttft(0.2, 200, 0.1, 9), decode__itl_p50_s=ttft(0.03, 200, 0.13, 8)
+        ),
+    )
     out = tmp_path / "out"
     out.mkdir()
-    code = main(["gate", "--baseline", str(base), "--current", str(cur), "--junit", str(out / "gate.xml"),
-                 "--markdown", str(out / "gate.md"), "--json", str(out / "gate.json")])
+    code = main(
+        [
+            "gate",
+            "--baseline",
+            str(base),
+            "--current",
+            str(cur),
+            "--junit",
+            str(out / "gate.xml"),
+            "--markdown",
+            str(out / "gate.md"),
+            "--json",
+            str(out / "gate.json"),
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     assert text.startswith("llm-diagnose gate: PASS")
@@ -121,8 +142,9 @@ def test_gate_command_passes_a_rerun_of_the_same_configuration(tmp_path, capsys)
 def test_gate_command_exit_codes(tmp_path, capsys):
     base, slow = _runs(tmp_path, variant(rich_evidence(), latency__ttft_p50_s=ttft(0.3, 200, 0.1, 1)))
     assert main(["gate", "--baseline", str(base), "--current", str(slow)]) == 1
-    noisy = write_run(tmp_path / "noisy", variant(rich_evidence(), latency__ttft_p50_s=ttft(0.2, 10, 1.2, 3)),
-                      with_requests=False)
+    noisy = write_run(
+        tmp_path / "noisy", variant(rich_evidence(), latency__ttft_p50_s=ttft(0.2, 10, 1.2, 3)), with_requests=False
+    )
     assert main(["gate", "--baseline", str(base), "--current", str(noisy)]) == 0
     assert "INCONCLUSIVE" in capsys.readouterr().out
     assert main(["gate", "--baseline", str(base), "--current", str(noisy), "--fail-on-inconclusive"]) == 5

@@ -1,7 +1,7 @@
 """The gate on real pairs of runs against a real vLLM CPU server.
 
-Each run is a real run folder made by `diagnose.collect.run_target` (passive /metrics
-scrapes, discovery, the diagnosis) while the project's load driver (`probes.load`) sends a
+Each run is a real run folder made by `llm_diagnose.diagnose.collect.run_target` (passive /metrics
+scrapes, discovery, the diagnosis) while the project's load driver (`llm_diagnose.probes.load`) sends a
 shared-prefix workload and records every request in requests.jsonl. Then `llm-diagnose gate`
 compares two folders, as CI would.
 
@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.cli import main
-from diagnose.collect import RunPlan, run_target
-from diagnose.demo.vllm_server import VllmServer
-from probes.http import make_session
-from probes.load.budget import ActiveBudget, BudgetGuard
-from probes.load.client import StreamingClient
-from probes.load.pacing import ClosedLoop
-from probes.load.prompts import calibrate_prompts
-from probes.load.records import REQUESTS_FILE, JsonlWriter
-from probes.load.runner import Driver
-from probes.load.workloads import LengthDist, shared_prefix_workload
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.collect import RunPlan, run_target
+from llm_diagnose.diagnose.demo.vllm_server import VllmServer
+from llm_diagnose.probes.http import make_session
+from llm_diagnose.probes.load.budget import ActiveBudget, BudgetGuard
+from llm_diagnose.probes.load.client import StreamingClient
+from llm_diagnose.probes.load.pacing import ClosedLoop
+from llm_diagnose.probes.load.prompts import calibrate_prompts
+from llm_diagnose.probes.load.records import REQUESTS_FILE, JsonlWriter
+from llm_diagnose.probes.load.runner import Driver
+from llm_diagnose.probes.load.workloads import LengthDist, shared_prefix_workload
 from tests.test_gate_outputs import SCHEMA
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(600)]
@@ -47,8 +47,17 @@ severity = "regression"
 WINDOW_S = 8.0
 
 
-def measured_run(url: str, model: str, out_dir: Path, *, seconds: float = WINDOW_S, max_requests: int = 400,
-                 salted: bool = False, noisy: bool = False, seed: int = 1) -> Path:
+def measured_run(
+    url: str,
+    model: str,
+    out_dir: Path,
+    *,
+    seconds: float = WINDOW_S,
+    max_requests: int = 400,
+    salted: bool = False,
+    noisy: bool = False,
+    seed: int = 1,
+) -> Path:
     """One real run folder: scrape `seconds` of /metrics while the driver sends a shared-prefix load.
 
     `salted` puts a nonce before every prompt (nothing left to share: what a prompt template
@@ -62,9 +71,17 @@ def measured_run(url: str, model: str, out_dir: Path, *, seconds: float = WINDOW
         stop_at = time.perf_counter() + seconds - 0.5  # keep the load on for the whole window
         async with make_session() as session:
             prompts, _ = await calibrate_prompts(session, base, model)
-        workload = shared_prefix_workload(prompts, groups=2, per_group=max_requests // 2, prefix_tokens=1024,
-                                          suffix_len=suffix, output_len=output, salted=salted, seed=seed,
-                                          pacing=ClosedLoop(1 if noisy else 2))
+        workload = shared_prefix_workload(
+            prompts,
+            groups=2,
+            per_group=max_requests // 2,
+            prefix_tokens=1024,
+            suffix_len=suffix,
+            output_len=output,
+            salted=salted,
+            seed=seed,
+            pacing=ClosedLoop(1 if noisy else 2),
+        )
         async with StreamingClient(base, model) as client:
             with JsonlWriter(folder / REQUESTS_FILE) as out:
                 driver = Driver(client, BudgetGuard(ActiveBudget(max_requests, seconds + 10)), out)

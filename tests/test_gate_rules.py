@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.gate_rules import DEFAULT_METRICS, GateRulesError, load_rules, rules_from_mapping
+from llm_diagnose.diagnose.gate_rules import DEFAULT_METRICS, GateRulesError, load_rules, rules_from_mapping
 
 
 def test_defaults_cover_latency_throughput_memory_and_hit_rates():
     keys = {r.key for r in load_rules(None).metrics}
-    assert {"latency.ttft_p99_s", "decode.itl_p50_s", "throughput.generation_tokens_per_s",
-            "memory.device_free_fraction", "kv.capacity_tokens", "prefix.hit_rate"} <= keys
+    assert {
+        "latency.ttft_p99_s",
+        "decode.itl_p50_s",
+        "throughput.generation_tokens_per_s",
+        "memory.device_free_fraction",
+        "kv.capacity_tokens",
+        "prefix.hit_rate",
+    } <= keys
     assert all(r.better in ("lower", "higher") for r in DEFAULT_METRICS)
 
 
@@ -55,21 +61,24 @@ def test_only_listed_keeps_just_the_file_s_metrics():
     assert [r.key for r in rules.metrics] == ["decode.itl_p50_s"]
 
 
-@pytest.mark.parametrize("data,message", [
-    ({"gate": {"resamples": 10}}, "gate.resamples must be at least 100"),
-    ({"gate": {"confidence": 1.5}}, "gate.confidence must be between"),
-    ({"gate": {"seeds": 1}}, "unknown field 'seeds'"),
-    ({"limits": {}}, "unknown field 'limits'"),
-    ({"metrics": {"my.key": {"tolerance": 0.1}}}, "required: there is no default rule"),
-    ({"metrics": {"decode.itl_p50_s": {"better": "faster"}}}, 'better must be "lower" or "higher"'),
-    ({"metrics": {"decode.itl_p50_s": {"tolerance": 0.1, "tolerance_abs": 0.01}}}, "not both"),
-    ({"metrics": {"decode.itl_p50_s": {"statistic": "max"}}}, "statistic must be"),
-    ({"metrics": {"decode.itl_p50_s": {"tolerance": -1}}}, "tolerance must be at least 0"),
-    ({"metrics": {"decode.itl_p50_s": 3}}, "must be a table"),
-    ({"diagnosis": {"new_pitfall": "fail"}}, "must be one of regression, inconclusive, warning, ignore"),
-    ({"diagnosis": {"new_thing": "warning"}}, "unknown field 'new_thing'"),
-    ({"diagnosis": {"min_confidence": 2}}, "diagnosis.min_confidence must be between 0 and 1"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        ({"gate": {"resamples": 10}}, "gate.resamples must be at least 100"),
+        ({"gate": {"confidence": 1.5}}, "gate.confidence must be between"),
+        ({"gate": {"seeds": 1}}, "unknown field 'seeds'"),
+        ({"limits": {}}, "unknown field 'limits'"),
+        ({"metrics": {"my.key": {"tolerance": 0.1}}}, "required: there is no default rule"),
+        ({"metrics": {"decode.itl_p50_s": {"better": "faster"}}}, 'better must be "lower" or "higher"'),
+        ({"metrics": {"decode.itl_p50_s": {"tolerance": 0.1, "tolerance_abs": 0.01}}}, "not both"),
+        ({"metrics": {"decode.itl_p50_s": {"statistic": "max"}}}, "statistic must be"),
+        ({"metrics": {"decode.itl_p50_s": {"tolerance": -1}}}, "tolerance must be at least 0"),
+        ({"metrics": {"decode.itl_p50_s": 3}}, "must be a table"),
+        ({"diagnosis": {"new_pitfall": "fail"}}, "must be one of regression, inconclusive, warning, ignore"),
+        ({"diagnosis": {"new_thing": "warning"}}, "unknown field 'new_thing'"),
+        ({"diagnosis": {"min_confidence": 2}}, "diagnosis.min_confidence must be between 0 and 1"),
+    ],
+)
 def test_bad_rules_are_refused_naming_the_field(data, message):
     with pytest.raises(GateRulesError, match=None) as exc:
         rules_from_mapping(data, "gate.toml")
@@ -85,10 +94,11 @@ def test_unreadable_rules_files(tmp_path):
 
 
 def test_gate_tolerances_apply_to_rules_that_set_none():
-    from diagnose.gate_rules import is_tail, statistic_name
+    from llm_diagnose.diagnose.gate_rules import is_tail, statistic_name
 
-    rules = rules_from_mapping({"gate": {"tolerance": 0.3, "tail_tolerance": 0.6},
-                                "metrics": {"latency.e2e_p50_s": {"tolerance": 0.05}}})
+    rules = rules_from_mapping(
+        {"gate": {"tolerance": 0.3, "tail_tolerance": 0.6}, "metrics": {"latency.e2e_p50_s": {"tolerance": 0.05}}}
+    )
     by_key = {r.key: r for r in rules.metrics}
     assert by_key["latency.ttft_p50_s"].tolerance_in(rules.settings) == 0.3
     assert by_key["latency.ttft_p99_s"].tolerance_in(rules.settings) == 0.6
@@ -98,11 +108,12 @@ def test_gate_tolerances_apply_to_rules_that_set_none():
 
 
 def test_a_metric_severity_turns_its_regressions_into_warnings():
-    from diagnose.gate import compare_metric
+    from llm_diagnose.diagnose.gate import compare_metric
     from tests.evidence_builders import build
 
-    rules = rules_from_mapping({"gate": {"severity": "warning"},
-                                "metrics": {"prefix.hit_rate": {"severity": "regression"}}})
+    rules = rules_from_mapping(
+        {"gate": {"severity": "warning"}, "metrics": {"prefix.hit_rate": {"severity": "regression"}}}
+    )
     ttft = next(r for r in rules.metrics if r.key == "latency.ttft_p50_s")
     hit = next(r for r in rules.metrics if r.key == "prefix.hit_rate")
     slow = compare_metric(ttft, build(latency__ttft_p50_s=0.1), build(latency__ttft_p50_s=0.3), rules)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.demo.tiny_model import make_tiny_model
-from diagnose.demo.vllm_server import TransformersServer, VllmServer, group_members
+from llm_diagnose.diagnose.demo.tiny_model import make_tiny_model
+from llm_diagnose.diagnose.demo.vllm_server import TransformersServer, VllmServer, group_members
 
 
 def _get(url: str) -> bytes:
@@ -19,8 +19,7 @@ def _get(url: str) -> bytes:
 
 
 def _post(url: str, body: dict) -> urllib.request.Request:
-    return urllib.request.Request(url, json.dumps(body).encode(),
-                                  {"Content-Type": "application/json"})
+    return urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
 
 def _stream_events(url: str, body: dict) -> list[dict]:
@@ -65,8 +64,7 @@ def test_tiny_model_loads_with_transformers_and_generates(tiny_model_dir: Path) 
     assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id) == (0, 1, 2)
     ids = tok("hello the question")["input_ids"]
     assert ids[0] == 1 and tok.decode(ids, skip_special_tokens=True) == "hello the question"
-    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                   add_generation_prompt=True)
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
@@ -86,10 +84,18 @@ def test_vllm_models_report_name_and_max_len(vllm_server: VllmServer) -> None:
 
 @pytest.mark.real_engine
 def test_vllm_stream_with_ignore_eos_gives_exactly_max_tokens(vllm_server: VllmServer) -> None:
-    events = _stream_events(vllm_server.url + "/v1/completions", {
-        "model": "tiny-llama", "prompt": "hello the question", "max_tokens": 40,
-        "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-        "return_token_ids": True})
+    events = _stream_events(
+        vllm_server.url + "/v1/completions",
+        {
+            "model": "tiny-llama",
+            "prompt": "hello the question",
+            "max_tokens": 40,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
+        },
+    )
     token_ids = [t for e in events for c in e["choices"] for t in c.get("token_ids") or ()]
     assert len(token_ids) == 40
     assert events[-1]["usage"]["completion_tokens"] == 40
@@ -108,11 +114,13 @@ def test_vllm_metrics_show_prefix_caching_on(vllm_server: VllmServer) -> None:
 
 
 @pytest.mark.real_engine
-def test_vllm_server_stops_its_whole_process_group(tiny_model_dir: Path, tmp_path: Path,
-                                                   vllm_server_factory: object) -> None:
+def test_vllm_server_stops_its_whole_process_group(
+    tiny_model_dir: Path, tmp_path: Path, vllm_server_factory: object
+) -> None:
     # vllm_server_factory is requested only for its clear failure when vLLM is missing.
-    with VllmServer(tiny_model_dir, tmp_path, prefix_caching=False, max_model_len=1024,
-                    extra_args=["--max-num-seqs", "4"]) as server:
+    with VllmServer(
+        tiny_model_dir, tmp_path, prefix_caching=False, max_model_len=1024, extra_args=["--max-num-seqs", "4"]
+    ) as server:
         assert server.args[-3:] == ["--no-enable-prefix-caching", "--max-num-seqs", "4"]
         assert len(group_members(server.pid)) >= 3  # API server, EngineCore, Worker
         text = _get(server.url + "/metrics").decode()
@@ -121,8 +129,7 @@ def test_vllm_server_stops_its_whole_process_group(tiny_model_dir: Path, tmp_pat
 
 
 @pytest.mark.real_engine
-def test_vllm_server_that_cannot_start_fails_fast_with_its_log(tmp_path: Path,
-                                                               vllm_server_factory: object) -> None:
+def test_vllm_server_that_cannot_start_fails_fast_with_its_log(tmp_path: Path, vllm_server_factory: object) -> None:
     with pytest.raises(FileNotFoundError):
         VllmServer(tmp_path / "no-such-model", tmp_path).start()
     (tmp_path / "empty").mkdir()  # a directory, but no model in it
@@ -139,8 +146,10 @@ def test_transformers_server_answers_a_completion(tiny_model_dir: Path, tmp_path
     with TransformersServer(tiny_model_dir, tmp_path) as server:
         assert "--continuous-batching" not in server.args
         # transformers serve rejects vLLM's ignore_eos (422), so the length is not exact.
-        with urllib.request.urlopen(_post(server.url + "/v1/completions", {
-                "model": server.model_name, "prompt": "hello", "max_tokens": 8}), timeout=60) as r:
+        with urllib.request.urlopen(
+            _post(server.url + "/v1/completions", {"model": server.model_name, "prompt": "hello", "max_tokens": 8}),
+            timeout=60,
+        ) as r:
             answer = json.loads(r.read())
         assert isinstance(answer["choices"][0]["text"], str)
         assert 1 <= answer["usage"]["completion_tokens"] <= 8

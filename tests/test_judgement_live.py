@@ -2,7 +2,7 @@
 server whose model fits, and a near-idle server (issue 13).
 
 Each test attaches the way `llm-diagnose run` does (discovery, a passive scrape window,
-`diagnose.collect.run_target`) while this module drives the server with its own loopback load,
+`llm_diagnose.diagnose.collect.run_target`) while this module drives the server with its own loopback load,
 and then checks both sides: that the engine showed the behaviour (its own counters, so a wrong
 verdict cannot hide behind a server that never did the thing), and what the diagnosis made of it.
 
@@ -35,17 +35,18 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from diagnose.collect import RunPlan, RunResult, run_target
-from diagnose.demo.vllm_server import VllmServer, cpu_dtype, dtype_bytes
-from diagnose.thresholds import Thresholds
-from probes import quantities as Q
-from probes.results import Fact, Measurement, NotMeasured
+from llm_diagnose.diagnose.collect import RunPlan, RunResult, run_target
+from llm_diagnose.diagnose.demo.vllm_server import VllmServer, cpu_dtype, dtype_bytes
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.results import Fact, Measurement, NotMeasured
 
 pytestmark = pytest.mark.real_engine
 
 SPEC_TOKENS = 3
-SPEC_CONFIG = json.dumps({"method": "ngram", "num_speculative_tokens": SPEC_TOKENS,
-                          "prompt_lookup_max": 3, "prompt_lookup_min": 1})
+SPEC_CONFIG = json.dumps(
+    {"method": "ngram", "num_speculative_tokens": SPEC_TOKENS, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+)
 KV_BLOCKS = 64
 BLOCK_TOKENS = 128  # the CPU backend's block size
 SMALL_KV_MAX_MODEL_LEN = 512  # the override must hold one max-length request (4 blocks here)
@@ -60,8 +61,11 @@ def spec_server(vllm_server_factory: Callable[..., VllmServer]) -> VllmServer:
 
 @pytest.fixture
 def small_kv_server(vllm_server_factory: Callable[..., VllmServer]) -> VllmServer:
-    return vllm_server_factory(max_model_len=SMALL_KV_MAX_MODEL_LEN, prefix_caching=False,
-                               extra_args=("--num-gpu-blocks-override", str(KV_BLOCKS)))
+    return vllm_server_factory(
+        max_model_len=SMALL_KV_MAX_MODEL_LEN,
+        prefix_caching=False,
+        extra_args=("--num-gpu-blocks-override", str(KV_BLOCKS)),
+    )
 
 
 # --- load and attach -------------------------------------------------------------------------------
@@ -73,8 +77,13 @@ class LoadStats:
 
 
 @contextmanager
-def closed_loop(server: VllmServer, in_flight: int, body: Callable[[int], dict], total: int | None = None,
-                gate: threading.Event | None = None) -> Iterator[LoadStats]:
+def closed_loop(
+    server: VllmServer,
+    in_flight: int,
+    body: Callable[[int], dict],
+    total: int | None = None,
+    gate: threading.Event | None = None,
+) -> Iterator[LoadStats]:
     """`in_flight` workers send `body(i)` back to back (at most `total` requests; none before
     `gate` is set, when given) until the block ends.
 
@@ -91,12 +100,13 @@ def closed_loop(server: VllmServer, in_flight: int, body: Callable[[int], dict],
             if stop.is_set():
                 return
             try:
-                async with session.post(server.url + "/v1/completions",
-                                        json={"model": server.model_name, **body(i)}) as resp:
+                async with session.post(
+                    server.url + "/v1/completions", json={"model": server.model_name, **body(i)}
+                ) as resp:
                     resp.raise_for_status()
                     stats.prompt_tokens.append((await resp.json())["usage"]["prompt_tokens"])
                     stats.completed += 1
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 stats.errors.append(f"{type(exc).__name__}: {exc}")
 
     async def main() -> None:
@@ -120,6 +130,7 @@ def closed_loop(server: VllmServer, in_flight: int, body: Callable[[int], dict],
 def attach(server: VllmServer, out_dir: Path, duration_s: float, opened: threading.Event | None = None) -> RunResult:
     """What `llm-diagnose run --url ... --duration D --interval 0.25` does: passive, no requests.
     `opened` is set once the first scrape of the window is in."""
+
     def on_sample(record: object, index: int) -> None:
         if opened is not None:
             opened.set()
@@ -151,8 +162,12 @@ def measured(result: RunResult, key: str) -> Measurement:
 def repetitive_prompt(i: int) -> dict:
     # A prompt that repeats itself, as code and chat history do: prompt lookup finds the next
     # tokens in it, and the random-weight model's greedy output falls into loops it can match.
-    return {"prompt": f"s{i} " + " ".join(f"w{j % 7}" for j in range(60)), "max_tokens": 64,
-            "ignore_eos": True, "temperature": 0.0}
+    return {
+        "prompt": f"s{i} " + " ".join(f"w{j % 7}" for j in range(60)),
+        "max_tokens": 64,
+        "ignore_eos": True,
+        "temperature": 0.0,
+    }
 
 
 def test_spec_decoding_on_reads_the_acceptance_counters_and_is_in_place(spec_server, tmp_path):
@@ -236,8 +251,12 @@ def test_a_near_idle_server_leaves_capacity_untested_and_recommends_nothing(spec
 def short_request(i: int) -> dict:
     # ~100 prompt tokens + 48 output tokens: one block at admission, a second one near the end
     # (so growing requests can be preempted, as on a real overloaded server).
-    return {"prompt": f"r{i} " + " ".join(f"q{i}x{j}" for j in range(20)), "max_tokens": OVERLOAD_OUTPUT_TOKENS,
-            "ignore_eos": True, "temperature": 0.0}
+    return {
+        "prompt": f"r{i} " + " ".join(f"q{i}x{j}" for j in range(20)),
+        "max_tokens": OVERLOAD_OUTPUT_TOKENS,
+        "ignore_eos": True,
+        "temperature": 0.0,
+    }
 
 
 def test_load_beyond_kv_capacity_is_overload_and_calls_for_scale_out_not_quantization(small_kv_server, tmp_path):
@@ -270,8 +289,9 @@ def test_load_beyond_kv_capacity_is_overload_and_calls_for_scale_out_not_quantiz
     q1 = d.answer("Q1")
     assert q1.verdict == "overloaded" and q1.answer == "yes", explain(result)
     scale_out = d.recommendation("scale-out")
-    assert scale_out is not None and scale_out.status == "recommended" and scale_out.question.startswith("Q1"), \
-        explain(result)
+    assert scale_out is not None and scale_out.status == "recommended" and scale_out.question.startswith("Q1"), explain(
+        result
+    )
     vllm_settings = " ".join(scale_out.settings_for("vllm"))
     assert "--max-num-seqs" in vllm_settings, scale_out.settings  # admission limits
     assert "--kv-cache-dtype fp8" in vllm_settings + " " + scale_out.reason, scale_out  # a capacity lever

@@ -25,9 +25,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from diagnose.demo.vllm_server import VllmServer, cpu_dtype, dtype_bytes
-from probes.discovery import discover
-from probes.http import (
+from llm_diagnose.diagnose.demo.vllm_server import VllmServer, cpu_dtype, dtype_bytes
+from llm_diagnose.probes.discovery import discover
+from llm_diagnose.probes.http import (
     HTTPStatusError,
     InvalidTargetURL,
     MalformedMetrics,
@@ -41,10 +41,10 @@ from probes.http import (
     redact_headers,
     redact_url,
 )
-from probes.metrics import ENGINE_METRICS, Scraper, Window, passive_evidence, scrape_window
-from probes.metrics.window import record_from_text
-from probes.nvml import Nvml, memory_evidence, read_gpu_memory
-from probes.results import Measurement, NotMeasured
+from llm_diagnose.probes.metrics import ENGINE_METRICS, Scraper, Window, passive_evidence, scrape_window
+from llm_diagnose.probes.metrics.window import record_from_text
+from llm_diagnose.probes.nvml import Nvml, memory_evidence, read_gpu_memory
+from llm_diagnose.probes.results import Measurement, NotMeasured
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 VLLM_PAGE = (FIXTURES / "vllm-0.32.0-cpu-real.txt").read_text()
@@ -69,10 +69,14 @@ class TestHttp:
         assert api_key_from_env({"LLM_DIAGNOSE_API_KEY": "  ", "OPENAI_API_KEY": ""}) is None
 
     def test_redaction(self):
-        assert redact_url("http://user:pw@host:8000/metrics?api_key=s3cret&x=1") == \
-            "http://***@host:8000/metrics?api_key=***&x=1"
-        assert redact_headers({"Authorization": "Bearer s3cret", "Accept": "*/*"}) == \
-            {"Authorization": "Bearer ***", "Accept": "*/*"}
+        assert (
+            redact_url("http://user:pw@host:8000/metrics?api_key=s3cret&x=1")
+            == "http://***@host:8000/metrics?api_key=***&x=1"
+        )
+        assert redact_headers({"Authorization": "Bearer s3cret", "Accept": "*/*"}) == {
+            "Authorization": "Bearer ***",
+            "Accept": "*/*",
+        }
 
     def test_normalize(self):
         assert normalize_base_url("localhost:8000/") == "http://localhost:8000"
@@ -131,7 +135,7 @@ class FakeServer:
         status, body, ctype = answers.pop(0) if len(answers) > 1 else answers[0]
         return web.Response(status=status, text=body, content_type=ctype)
 
-    async def __aenter__(self) -> "FakeServer":
+    async def __aenter__(self) -> FakeServer:
         app = web.Application()
         app.router.add_route("GET", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app)
@@ -151,23 +155,31 @@ class FakeServer:
 
 
 TEXT = "text/plain"
-MODELS = json.dumps({"object": "list", "data": [{"id": "tiny-llama", "owned_by": "vllm", "root": "/m",
-                                                 "max_model_len": 2048}]})
+MODELS = json.dumps(
+    {"object": "list", "data": [{"id": "tiny-llama", "owned_by": "vllm", "root": "/m", "max_model_len": 2048}]}
+)
 
 
 def vllm_counter_page(prompt: float, created: float = 1.7962168917478826e9) -> str:
     """The real 0.32 page with its prompt-token counter (and its _created stamp) replaced."""
-    return VLLM_PAGE.replace('vllm:prompt_tokens_total{engine="0",model_name="tiny-llama"} 13843.0',
-                             f'vllm:prompt_tokens_total{{engine="0",model_name="tiny-llama"}} {prompt}') \
-                    .replace('vllm:prompt_tokens_created{engine="0",model_name="tiny-llama"} 1.7962168917478826e+09',
-                             f'vllm:prompt_tokens_created{{engine="0",model_name="tiny-llama"}} {created}')
+    return VLLM_PAGE.replace(
+        'vllm:prompt_tokens_total{engine="0",model_name="tiny-llama"} 13843.0',
+        f'vllm:prompt_tokens_total{{engine="0",model_name="tiny-llama"}} {prompt}',
+    ).replace(
+        'vllm:prompt_tokens_created{engine="0",model_name="tiny-llama"} 1.7962168917478826e+09',
+        f'vllm:prompt_tokens_created{{engine="0",model_name="tiny-llama"}} {created}',
+    )
 
 
 class TestFaultsWithFakeServer:
     def test_malformed_page_mid_window_is_kept(self, tmp_path):
         # Fake because a real vLLM never sends a truncated page on demand.
-        pages = [(200, vllm_counter_page(100), TEXT), (200, vllm_counter_page(200), TEXT),
-                 (200, VLLM_PAGE[:5000] + "\nvllm:oops{engine=", TEXT), (200, vllm_counter_page(400), TEXT)]
+        pages = [
+            (200, vllm_counter_page(100), TEXT),
+            (200, vllm_counter_page(200), TEXT),
+            (200, VLLM_PAGE[:5000] + "\nvllm:oops{engine=", TEXT),
+            (200, vllm_counter_page(400), TEXT),
+        ]
 
         async def main():
             async with FakeServer({"/metrics": pages}) as fake:
@@ -184,8 +196,11 @@ class TestFaultsWithFakeServer:
 
     def test_counter_reset_between_scrapes(self):
         # Fake because restarting a real server between two scrapes takes 30 s here.
-        pages = [(200, vllm_counter_page(1000), TEXT), (200, vllm_counter_page(1500), TEXT),
-                 (200, vllm_counter_page(200, created=1.8e9), TEXT)]
+        pages = [
+            (200, vllm_counter_page(1000), TEXT),
+            (200, vllm_counter_page(1500), TEXT),
+            (200, vllm_counter_page(200, created=1.8e9), TEXT),
+        ]
 
         async def main():
             async with FakeServer({"/metrics": pages}) as fake:
@@ -239,8 +254,11 @@ class TestFaultsWithFakeServer:
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
         async def main(with_key: bool):
-            routes = {"/v1/models": [(200, MODELS, "application/json")], "/metrics": [(200, VLLM_PAGE, TEXT)],
-                      "/version": [(200, '{"version": "0.32.0"}', "application/json")]}
+            routes = {
+                "/v1/models": [(200, MODELS, "application/json")],
+                "/metrics": [(200, VLLM_PAGE, TEXT)],
+                "/version": [(200, '{"version": "0.32.0"}', "application/json")],
+            }
             async with FakeServer(routes, require_key="k-123") as fake:
                 if with_key:
                     monkeypatch.setenv("OPENAI_API_KEY", "k-123")
@@ -258,15 +276,21 @@ class TestFaultsWithFakeServer:
         # Fake because the test servers do not run with VLLM_SERVER_DEV_MODE=1; the answer has
         # the shape of vllm/entrypoints/serve/dev/server_info/api_router.py (0.32) with
         # ?config_format=json, cut down to the fields discovery reads.
-        config = {"model_config": {"quantization": "awq", "max_model_len": 2048},
-                  "cache_config": {"enable_prefix_caching": True, "cache_dtype": "auto"},
-                  "parallel_config": {"tensor_parallel_size": 4},
-                  "scheduler_config": {"max_num_seqs": 256, "enable_chunked_prefill": True},
-                  "speculative_config": None}
-        routes = {"/v1/models": [(200, MODELS, "application/json")], "/metrics": [(200, VLLM_PAGE, TEXT)],
-                  "/version": [(200, '{"version": "0.32.0"}', "application/json")],
-                  "/server_info": [(200, json.dumps({"vllm_config": config, "vllm_env": {"VLLM_X": "1"}}),
-                                    "application/json")]}
+        config = {
+            "model_config": {"quantization": "awq", "max_model_len": 2048},
+            "cache_config": {"enable_prefix_caching": True, "cache_dtype": "auto"},
+            "parallel_config": {"tensor_parallel_size": 4},
+            "scheduler_config": {"max_num_seqs": 256, "enable_chunked_prefill": True},
+            "speculative_config": None,
+        }
+        routes = {
+            "/v1/models": [(200, MODELS, "application/json")],
+            "/metrics": [(200, VLLM_PAGE, TEXT)],
+            "/version": [(200, '{"version": "0.32.0"}', "application/json")],
+            "/server_info": [
+                (200, json.dumps({"vllm_config": config, "vllm_env": {"VLLM_X": "1"}}), "application/json")
+            ],
+        }
 
         async def main():
             async with FakeServer(routes) as fake:
@@ -284,14 +308,30 @@ class TestFaultsWithFakeServer:
         # Fake because SGLang cannot run on these machines (see shared/notes/vllm-cpu.md); the
         # /metrics page is the real SGLang 0.5.23 capture, /get_server_info is hand-written in
         # the shape of its ServerArgs dump.
-        info = {"model_path": "/models/tiny", "served_model_name": "tiny-llama", "tp_size": 2, "dp_size": 1,
-                "max_running_requests": 128, "chunked_prefill_size": 8192, "disable_radix_cache": False,
-                "quantization": "fp8", "kv_cache_dtype": "auto", "page_size": 1, "mem_fraction_static": 0.88,
-                "speculative_algorithm": None, "disaggregation_mode": "null", "enable_hierarchical_cache": False,
-                "version": "0.5.23", "internal_states": [{"effective_max_running_requests_per_dp": 128}]}
+        info = {
+            "model_path": "/models/tiny",
+            "served_model_name": "tiny-llama",
+            "tp_size": 2,
+            "dp_size": 1,
+            "max_running_requests": 128,
+            "chunked_prefill_size": 8192,
+            "disable_radix_cache": False,
+            "quantization": "fp8",
+            "kv_cache_dtype": "auto",
+            "page_size": 1,
+            "mem_fraction_static": 0.88,
+            "speculative_algorithm": None,
+            "disaggregation_mode": "null",
+            "enable_hierarchical_cache": False,
+            "version": "0.5.23",
+            "internal_states": [{"effective_max_running_requests_per_dp": 128}],
+        }
         models = json.dumps({"data": [{"id": "tiny-llama", "owned_by": "sglang", "max_model_len": 2048}]})
-        routes = {"/v1/models": [(200, models, "application/json")], "/metrics": [(200, SGLANG_PAGE, TEXT)],
-                  "/get_server_info": [(200, json.dumps(info), "application/json")]}
+        routes = {
+            "/v1/models": [(200, models, "application/json")],
+            "/metrics": [(200, SGLANG_PAGE, TEXT)],
+            "/get_server_info": [(200, json.dumps(info), "application/json")],
+        }
 
         async def main():
             async with FakeServer(routes) as fake:
@@ -314,11 +354,12 @@ class FakeNVMLError(Exception):
         self.value = value
 
 
-def fake_pynvml(*, init_error: int | None = None, memory_supported: bool = True,
-                processes: list | None | str = "default") -> SimpleNamespace:
+def fake_pynvml(
+    *, init_error: int | None = None, memory_supported: bool = True, processes: list | None | str = "default"
+) -> SimpleNamespace:
     """A stand-in for the pynvml module: FAKE, because this machine has no NVIDIA GPU or driver.
 
-    It mimics the calls probes.nvml makes and raises NVMLError-like errors with NVML's codes.
+    It mimics the calls llm_diagnose.probes.nvml makes and raises NVMLError-like errors with NVML's codes.
     """
     gib = 1 << 30
 
@@ -339,12 +380,22 @@ def fake_pynvml(*, init_error: int | None = None, memory_supported: bool = True,
         return processes
 
     return SimpleNamespace(
-        NVMLError=FakeNVMLError, NVML_ERROR_NOT_SUPPORTED=3, NVML_ERROR_NO_PERMISSION=4,
-        NVML_ERROR_FUNCTION_NOT_FOUND=13, NVML_ERROR_LIBRARY_NOT_FOUND=12, NVML_ERROR_DRIVER_NOT_LOADED=9,
-        nvmlInit=init, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetMemoryInfo=memory,
-        nvmlDeviceGetComputeRunningProcesses=procs, nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
-        nvmlDeviceGetUUID=lambda h: f"GPU-{h}", nvmlSystemGetDriverVersion=lambda: "550.54.15")
+        NVMLError=FakeNVMLError,
+        NVML_ERROR_NOT_SUPPORTED=3,
+        NVML_ERROR_NO_PERMISSION=4,
+        NVML_ERROR_FUNCTION_NOT_FOUND=13,
+        NVML_ERROR_LIBRARY_NOT_FOUND=12,
+        NVML_ERROR_DRIVER_NOT_LOADED=9,
+        nvmlInit=init,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=memory,
+        nvmlDeviceGetComputeRunningProcesses=procs,
+        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
+        nvmlSystemGetDriverVersion=lambda: "550.54.15",
+    )
 
 
 class TestNvml:
@@ -397,12 +448,19 @@ class TestNvml:
 
 
 # --- a real vLLM server ----------------------------------------------------------------------
-async def complete(session: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int,
-                   stream: bool = False) -> dict:
+async def complete(
+    session: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int, stream: bool = False
+) -> dict:
     """The tiny loopback client the tests need: one /v1/completions request."""
     assert url.startswith("http://127.0.0.1:"), "test traffic goes to loopback only"
-    body = {"model": "tiny-llama", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True,
-            "temperature": 0.0, "stream": stream}
+    body = {
+        "model": "tiny-llama",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "stream": stream,
+    }
     async with session.post(url + "/v1/completions", json=body) as resp:
         resp.raise_for_status()
         if not stream:
@@ -412,8 +470,13 @@ async def complete(session: aiohttp.ClientSession, url: str, prompt: str, max_to
         return {}
 
 
-async def scrape_during(url: str, traffic: Callable[[aiohttp.ClientSession], object], *, interval_s: float = 0.25,
-                        run_dir: Path | None = None) -> Window:
+async def scrape_during(
+    url: str,
+    traffic: Callable[[aiohttp.ClientSession], object],
+    *,
+    interval_s: float = 0.25,
+    run_dir: Path | None = None,
+) -> Window:
     """Scrape while `traffic` runs, then one last scrape once it is done."""
     stop = asyncio.Event()
     scraper = Scraper(url + "/metrics", interval_s=interval_s, run_dir=run_dir)
@@ -447,8 +510,13 @@ def pressure_server(tiny_model_dir, tmp_path_factory):
     Prefix caching is off, so the same server answers the --no-enable-prefix-caching check,
     and the last test of the module stops it mid-window (one server start instead of three).
     """
-    server = VllmServer(tiny_model_dir, tmp_path_factory.mktemp("vllm-pressure"), max_model_len=1024,
-                        prefix_caching=False, extra_args=("--num-gpu-blocks-override", "16", "--max-num-seqs", "16"))
+    server = VllmServer(
+        tiny_model_dir,
+        tmp_path_factory.mktemp("vllm-pressure"),
+        max_model_len=1024,
+        prefix_caching=False,
+        extra_args=("--num-gpu-blocks-override", "16", "--max-num-seqs", "16"),
+    )
     with server:
         yield server
 
@@ -499,8 +567,12 @@ class TestRealVllm:
             # max_model_len - prompt (~440 here), ignore_eos makes them run to it. Two rounds
             # so that the starved scraper (see below) still lands a few scrapes under pressure.
             for r in range(2):
-                await asyncio.gather(*(complete(session, pressure_server.url, f"k{r}.{i} " + words(f"w{i}x", 130),
-                                                600) for i in range(8)))
+                await asyncio.gather(
+                    *(
+                        complete(session, pressure_server.url, f"k{r}.{i} " + words(f"w{i}x", 130), 600)
+                        for i in range(8)
+                    )
+                )
 
         w = run(scrape_during(pressure_server.url, traffic, run_dir=tmp_path))
         ev = passive_evidence(w)

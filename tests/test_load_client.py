@@ -19,18 +19,34 @@ import time
 import pytest
 from aiohttp import web
 
-from probes.experiments import describe_plan, plan_experiments, run_experiments
-from probes.experiments.common import ratio_with_bootstrap_ci
-from probes.load import (
-    ActiveBudget, BudgetGuard, ClosedLoop, ConstantArrivals, Driver, FaultKind, JsonlWriter, LengthDist,
-    PoissonArrivals, PromptMaker, RequestRecord, RequestSpec, StreamingClient, StreamTimeouts, read_records,
-    load_trace, shared_prefix_workload, synthetic_workload, trace_workload,
+from llm_diagnose.probes.experiments import describe_plan, plan_experiments, run_experiments
+from llm_diagnose.probes.experiments.common import ratio_with_bootstrap_ci
+from llm_diagnose.probes.load import (
+    ActiveBudget,
+    BudgetGuard,
+    ClosedLoop,
+    ConstantArrivals,
+    Driver,
+    FaultKind,
+    JsonlWriter,
+    LengthDist,
+    PoissonArrivals,
+    PromptMaker,
+    RequestRecord,
+    RequestSpec,
+    StreamingClient,
+    StreamTimeouts,
+    load_trace,
+    read_records,
+    shared_prefix_workload,
+    synthetic_workload,
+    trace_workload,
 )
-from probes.load.pacing import TraceArrivals, arrival_offsets
-from probes.load.prompts import NONCE_TOKENS
-from probes.load.replay import MOONCAKE_BLOCK_TOKENS
-from probes.load.sse import SSEDecoder, read_chunk
-from probes.results import Measurement, NotMeasured
+from llm_diagnose.probes.load.pacing import TraceArrivals, arrival_offsets
+from llm_diagnose.probes.load.prompts import NONCE_TOKENS
+from llm_diagnose.probes.load.replay import MOONCAKE_BLOCK_TOKENS
+from llm_diagnose.probes.load.sse import SSEDecoder, read_chunk
+from llm_diagnose.probes.results import Measurement, NotMeasured
 
 SECRET = "sk-test-must-never-leak-1234"
 
@@ -73,8 +89,9 @@ class FakeServer:
         if word == "400":  # prompt too long / bad parameter
             return web.json_response({"error": {"message": "prompt is too long"}}, status=400)
         if word == "echo-auth":  # a careless gateway that echoes the request headers in its error
-            return web.json_response({"error": {"message": f"denied: {request.headers.get('Authorization')}"}},
-                                     status=403)
+            return web.json_response(
+                {"error": {"message": f"denied: {request.headers.get('Authorization')}"}}, status=403
+            )
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         self.open_streams += 1
@@ -92,8 +109,10 @@ class FakeServer:
                 # What a speculative-decoding engine streams: several tokens per event, usage in each.
                 for i in range(0, n, 3):
                     done = min(n, i + 3)
-                    obj = {"choices": [{"index": 0, "text": "abc", "finish_reason": "length" if done == n else None}],
-                           "usage": {"prompt_tokens": 7, "completion_tokens": done, "total_tokens": 7 + done}}
+                    obj = {
+                        "choices": [{"index": 0, "text": "abc", "finish_reason": "length" if done == n else None}],
+                        "usage": {"prompt_tokens": 7, "completion_tokens": done, "total_tokens": 7 + done},
+                    }
                     await resp.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
                     await asyncio.sleep(gap)
                 await resp.write(_usage(7, n) + b"data: [DONE]\n\n")
@@ -143,8 +162,9 @@ def _spec(prompt: str, max_tokens: int = 4, **kw) -> RequestSpec:
     return RequestSpec(prompt.split()[0], prompt, max_tokens, **kw)
 
 
-async def _send_one(server: FakeServer, prompt: str, max_tokens: int = 4, timeouts: StreamTimeouts = StreamTimeouts()
-                    ) -> RequestRecord:
+async def _send_one(
+    server: FakeServer, prompt: str, max_tokens: int = 4, timeouts: StreamTimeouts = StreamTimeouts()
+) -> RequestRecord:
     runner, url = await _start(server)
     try:
         async with StreamingClient(url, "fake", timeouts=timeouts) as client:
@@ -207,11 +227,13 @@ def test_tokens_per_event_and_the_acceptance_estimate_without_server_counters(fa
 
 def test_a_server_rejecting_an_extension_is_asked_again_without_it(fake):
     """FAKE 422 as `transformers serve` answers ignore_eos (measured: 'Unexpected fields')."""
+
     async def strict(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         if "ignore_eos" in body:
-            return web.json_response({"error": {"message": "Unexpected fields in the request: {'ignore_eos'}"}},
-                                     status=422)
+            return web.json_response(
+                {"error": {"message": "Unexpected fields in the request: {'ignore_eos'}"}}, status=422
+            )
         return await fake.completions(request)
 
     async def go():
@@ -249,8 +271,10 @@ def test_a_request_lost_on_a_connection_the_server_closed_is_sent_again_once():
             writer.close()
             return
         body = _chunk("a") + _chunk("b", "length") + _usage(3, 2) + b"data: [DONE]\n\n"
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
-                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         await writer.drain()
         writer.close()
 
@@ -272,15 +296,18 @@ def test_a_request_lost_on_a_connection_the_server_closed_is_sent_again_once():
 
 
 # --- faults: each recorded as itself, never as a fast response ------------------------------------
-@pytest.mark.parametrize("prompt, kind, status", [
-    ("429", FaultKind.RATE_LIMITED, 429),
-    ("500", FaultKind.SERVER_ERROR, 500),
-    ("400", FaultKind.REJECTED, 400),
-    ("cut:3", FaultKind.CUT_OFF, 200),
-    ("malformed", FaultKind.MALFORMED, 200),
-    ("error-event", FaultKind.STREAM_ERROR, 200),
-    ("no-done", FaultKind.CUT_OFF, 200),
-])
+@pytest.mark.parametrize(
+    "prompt, kind, status",
+    [
+        ("429", FaultKind.RATE_LIMITED, 429),
+        ("500", FaultKind.SERVER_ERROR, 500),
+        ("400", FaultKind.REJECTED, 400),
+        ("cut:3", FaultKind.CUT_OFF, 200),
+        ("malformed", FaultKind.MALFORMED, 200),
+        ("error-event", FaultKind.STREAM_ERROR, 200),
+        ("no-done", FaultKind.CUT_OFF, 200),
+    ],
+)
 def test_each_fault_is_recorded_as_such(fake, prompt, kind, status):
     r = run(_send_one(fake, prompt, 8))
     assert r.fault is kind, (r.fault, r.fault_detail)
@@ -321,6 +348,7 @@ def test_a_server_that_is_not_there_is_unreachable():
 
 def test_a_server_that_stops_ends_the_run_with_a_partial_diagnosis(fake, tmp_path):
     """The server stops after the first experiment: the rest is NotMeasured, saying why."""
+
     async def go():
         runner, url = await _start(fake)
 
@@ -328,8 +356,9 @@ def test_a_server_that_stops_ends_the_run_with_a_partial_diagnosis(fake, tmp_pat
             if name == "decode":
                 asyncio.get_running_loop().create_task(runner.cleanup())
 
-        return await run_experiments(url, "fake", ActiveBudget(100, 20), tmp_path,
-                                     experiments=("decode", "prefix", "spec"), on_result=stop_after)
+        return await run_experiments(
+            url, "fake", ActiveBudget(100, 20), tmp_path, experiments=("decode", "prefix", "spec"), on_result=stop_after
+        )
 
     results = run(go())
     assert isinstance(results["decode.itl_p50_s"], Measurement)
@@ -372,8 +401,9 @@ def test_holds_1000_concurrent_streams_with_overhead_far_below_the_gaps(fake):
         try:
             async with StreamingClient(url, "fake", max_streams=1024) as client:
                 t0 = time.perf_counter()
-                records = await asyncio.gather(*(client.send(RequestSpec(f"s{i}", f"ok:{gap_ms}", tokens))
-                                                 for i in range(n)))
+                records = await asyncio.gather(
+                    *(client.send(RequestSpec(f"s{i}", f"ok:{gap_ms}", tokens)) for i in range(n))
+                )
                 return records, client, time.perf_counter() - t0
         finally:
             await runner.cleanup()
@@ -390,8 +420,11 @@ def test_holds_1000_concurrent_streams_with_overhead_far_below_the_gaps(fake):
 
 # --- SSE decoding -------------------------------------------------------------------------------------
 def test_sse_decoder_survives_any_split_of_the_stream():
-    stream = b"".join(_chunk(f"w{i}") for i in range(50)) + b": ping\n\nevent: x\nid: 3\ndata: a\ndata: b\n\n" \
+    stream = (
+        b"".join(_chunk(f"w{i}") for i in range(50))
+        + b": ping\n\nevent: x\nid: 3\ndata: a\ndata: b\n\n"
         + b"data: [DONE]\n\n"
+    )
     rng = random.Random(0)
     for crlf in (False, True):
         data = stream.replace(b"\n", b"\r\n") if crlf else stream
@@ -482,9 +515,14 @@ def test_on_sent_sees_the_real_send_time_after_a_wait_for_the_budget(fake):
                 driver = Driver(client, BudgetGuard(ActiveBudget(10, 5, max_rps=5)))
                 seen: dict[str, float] = {}
                 due = time.perf_counter()
-                records = await asyncio.gather(*(
-                    driver.send(RequestSpec(f"r{i}", "ok:2", 2), on_sent=lambda t, i=i: seen.__setitem__(f"r{i}", t))
-                    for i in range(3)))
+                records = await asyncio.gather(
+                    *(
+                        driver.send(
+                            RequestSpec(f"r{i}", "ok:2", 2), on_sent=lambda t, i=i: seen.__setitem__(f"r{i}", t)
+                        )
+                        for i in range(3)
+                    )
+                )
                 plain = await driver.send(RequestSpec("no-hook", "ok:2", 2))
                 return due, seen, records, plain, driver._on_sent
         finally:
@@ -510,8 +548,9 @@ def test_open_loop_workload_runs_at_its_rate(fake):
         try:
             async with StreamingClient(url, "fake") as client:
                 driver = Driver(client, BudgetGuard(ActiveBudget(50, 10)))
-                wl = synthetic_workload(PromptMaker(), 6, LengthDist.fixed(4), LengthDist.fixed(3),
-                                        pacing=ConstantArrivals(10.0))
+                wl = synthetic_workload(
+                    PromptMaker(), 6, LengthDist.fixed(4), LengthDist.fixed(3), pacing=ConstantArrivals(10.0)
+                )
                 return await driver.run(wl)
         finally:
             await runner.cleanup()
@@ -538,8 +577,15 @@ EXACT = PromptMaker(token_pool=tuple(range(10, 500)), tokens_per_word=1.0, calib
 
 
 def test_shared_prefix_workload_shares_exactly_the_prefix_and_salting_removes_it():
-    wl = shared_prefix_workload(EXACT, groups=2, per_group=3, prefix_tokens=256, suffix_len=LengthDist.fixed(32),
-                                output_len=LengthDist.fixed(8), seed=1)
+    wl = shared_prefix_workload(
+        EXACT,
+        groups=2,
+        per_group=3,
+        prefix_tokens=256,
+        suffix_len=LengthDist.fixed(32),
+        output_len=LengthDist.fixed(8),
+        seed=1,
+    )
     by_group: dict[str, list] = {}
     for s in wl.specs:
         by_group.setdefault(s.tag, []).append(s.prompt)
@@ -547,13 +593,22 @@ def test_shared_prefix_workload_shares_exactly_the_prefix_and_salting_removes_it
     g0, g1 = by_group["group-0"], by_group["group-1"]
     assert all(p[:256] == g0[0][:256] for p in g0) and g0[0][:256] != g1[0][:256]
     assert len({p[256:] for p in g0}) == 3  # distinct suffixes
-    salted = shared_prefix_workload(EXACT, groups=1, per_group=3, prefix_tokens=256, suffix_len=LengthDist.fixed(32),
-                                    output_len=LengthDist.fixed(8), salted=True, seed=1)
+    salted = shared_prefix_workload(
+        EXACT,
+        groups=1,
+        per_group=3,
+        prefix_tokens=256,
+        suffix_len=LengthDist.fixed(32),
+        output_len=LengthDist.fixed(8),
+        salted=True,
+        seed=1,
+    )
     firsts = {s.prompt[:NONCE_TOKENS] for s in salted.specs}
     assert len(firsts) == 3  # every request starts differently: nothing shareable
     # a new run draws a new prefix nonce, so an earlier run's cache cannot serve it
-    again = shared_prefix_workload(EXACT, groups=1, per_group=1, prefix_tokens=256, suffix_len=LengthDist.fixed(1),
-                                   output_len=LengthDist.fixed(1))
+    again = shared_prefix_workload(
+        EXACT, groups=1, per_group=1, prefix_tokens=256, suffix_len=LengthDist.fixed(1), output_len=LengthDist.fixed(1)
+    )
     assert again.specs[0].prompt[:NONCE_TOKENS] != g0[0][:NONCE_TOKENS]
 
 
@@ -565,9 +620,11 @@ def test_text_prompts_without_a_tokenizer_are_sized_by_words():
 # --- traces ------------------------------------------------------------------------------------------------
 def test_mooncake_hash_ids_become_prompts_sharing_exactly_those_prefixes(tmp_path):
     p = tmp_path / "mooncake.jsonl"
-    rows = [{"timestamp": 0, "input_length": 1200, "output_length": 10, "hash_ids": [1, 2, 3]},
-            {"timestamp": 500, "input_length": 1100, "output_length": 20, "hash_ids": [1, 2, 4]},
-            {"timestamp": 1500, "input_length": 600, "output_length": 5, "hash_ids": [9, 2]}]
+    rows = [
+        {"timestamp": 0, "input_length": 1200, "output_length": 10, "hash_ids": [1, 2, 3]},
+        {"timestamp": 500, "input_length": 1100, "output_length": 20, "hash_ids": [1, 2, 4]},
+        {"timestamp": 1500, "input_length": 600, "output_length": 5, "hash_ids": [9, 2]},
+    ]
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     trace = load_trace(p)
     wl = trace_workload(trace, EXACT, run_salt="s1", max_model_len=4096)
@@ -575,7 +632,7 @@ def test_mooncake_hash_ids_become_prompts_sharing_exactly_those_prefixes(tmp_pat
     assert len(a) == 1200 and len(b) == 1100 and len(c) == 600
     assert [s.max_tokens for s in wl.specs] == [10, 20, 5]
     block = MOONCAKE_BLOCK_TOKENS
-    assert a[: 2 * block] == b[: 2 * block] and a[2 * block:2 * block + 10] != b[2 * block:2 * block + 10]
+    assert a[: 2 * block] == b[: 2 * block] and a[2 * block : 2 * block + 10] != b[2 * block : 2 * block + 10]
     assert a[:block] != c[:block]  # a different first id shares nothing, even though id 2 follows
     assert arrival_offsets(wl.pacing, 3) == (0.0, 0.5, 1.5)
     scaled = trace_workload(trace, EXACT, run_salt="s1", speedup=5.0)
@@ -586,16 +643,22 @@ def test_mooncake_hash_ids_become_prompts_sharing_exactly_those_prefixes(tmp_pat
 
 def test_replay_of_lengths_text_and_token_ids(tmp_path):
     azure = tmp_path / "azure.csv"
-    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
-                     "2023-11-16 18:15:50.9951690,396,109\n")
+    azure.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:50.9951690,396,109\n"
+    )
     wl = trace_workload(load_trace(azure), EXACT, pacing=PoissonArrivals(2.0))
     assert [len(s.prompt) for s in wl.specs] == [374, 396] and [s.max_tokens for s in wl.specs] == [44, 109]
     assert isinstance(wl.pacing, PoissonArrivals)
     at_own_times = trace_workload(load_trace(azure), EXACT)
     assert arrival_offsets(at_own_times.pacing, 2)[1] == pytest.approx(4.3145789, abs=1e-5)
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(json.dumps({"prompt": "say hi", "output_length": 3, "timestamp": 2.0}) + "\n"
-                       + json.dumps({"prompt_token_ids": [5, 6, 7], "output_length": 2, "timestamp": 3.0}) + "\n")
+    prompts.write_text(
+        json.dumps({"prompt": "say hi", "output_length": 3, "timestamp": 2.0})
+        + "\n"
+        + json.dumps({"prompt_token_ids": [5, 6, 7], "output_length": 2, "timestamp": 3.0})
+        + "\n"
+    )
     text, ids = trace_workload(load_trace(prompts), PromptMaker(), pacing=ClosedLoop(2), endpoint="chat").specs
     assert text.prompt == "say hi" and text.endpoint == "chat" and text.max_tokens == 3
     assert ids.prompt == (5, 6, 7) and ids.endpoint == "completions"  # token ids only go to completions
@@ -605,8 +668,12 @@ def test_replay_of_lengths_text_and_token_ids(tmp_path):
 
 # --- plan ---------------------------------------------------------------------------------------------------
 def test_plan_fits_the_budget_and_says_what_it_will_send():
-    plan = plan_experiments(ActiveBudget(max_requests=30, max_seconds=25, max_rps=5), max_model_len=1024,
-                            target="http://127.0.0.1:8000", model="tiny")
+    plan = plan_experiments(
+        ActiveBudget(max_requests=30, max_seconds=25, max_rps=5),
+        max_model_len=1024,
+        target="http://127.0.0.1:8000",
+        model="tiny",
+    )
     assert plan.requests <= 30 and plan.duration_bound_s <= 25
     text = describe_plan(plan)
     assert "/v1/completions" in text and "http://127.0.0.1:8000" in text and "at most 30 requests" in text

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probes.http import MalformedMetrics
-from probes.metrics import (
+from llm_diagnose.probes.http import MalformedMetrics
+from llm_diagnose.probes.metrics import (
     ENGINE_METRICS,
     PASSIVE_KEYS,
     Window,
@@ -28,8 +28,8 @@ from probes.metrics import (
     spearman,
     summary_from_buckets,
 )
-from probes.metrics.window import ScrapeRecord, record_from_text
-from probes.results import Fact, Measurement, NotMeasured
+from llm_diagnose.probes.metrics.window import ScrapeRecord, record_from_text
+from llm_diagnose.probes.results import Fact, Measurement, NotMeasured
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 
@@ -40,8 +40,13 @@ def page(name: str) -> str:
 
 def window_of(*texts: str, dt: float = 1.0, source: str = "test") -> Window:
     """A window of pages taken every `dt` seconds."""
-    return Window(source, tuple(record_from_text(1_700_000_000 + i * dt, 100.0 + i * dt, t, None, 0.001, source)
-                                for i, t in enumerate(texts)))
+    return Window(
+        source,
+        tuple(
+            record_from_text(1_700_000_000 + i * dt, 100.0 + i * dt, t, None, 0.001, source)
+            for i, t in enumerate(texts)
+        ),
+    )
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -52,8 +57,9 @@ class TestParse:
         assert s.value("vllm:prefix_cache_queries_total") == 13843.0
         # _created timestamps are kept apart, never read as counts.
         assert "vllm:prefix_cache_hits_created" not in s.samples
-        assert s.created_at("vllm:prefix_cache_hits", frozenset({("engine", "0"), ("model_name", "tiny-llama")})) \
-            == pytest.approx(1.7962168917477672e9)
+        assert s.created_at(
+            "vllm:prefix_cache_hits", frozenset({("engine", "0"), ("model_name", "tiny-llama")})
+        ) == pytest.approx(1.7962168917477672e9)
         (itl,) = s.histogram("vllm:inter_token_latency_seconds")
         assert itl.count == 567.0 and itl.sum == pytest.approx(2.3928977909999958)
         assert math.isinf(itl.buckets[-1][0]) and itl.buckets[-1][1] == 567.0
@@ -64,10 +70,14 @@ class TestParse:
         assert len(info.labels) == 37
 
     def test_labels_are_a_set(self):
-        a = parse_exposition('m_bucket{le="1",engine="0"} 1\nm_bucket{le="+Inf",engine="0"} 2\nm_count{engine="0"} 2\n'
-                             '# TYPE x gauge\nx{b="2",a="1"} 3\n')
-        b = parse_exposition('m_bucket{engine="0",le="1"} 1\nm_bucket{engine="0",le="+Inf"} 2\nm_count{engine="0"} 2\n'
-                             '# TYPE x gauge\nx{a="1",b="2"} 3\n')
+        a = parse_exposition(
+            'm_bucket{le="1",engine="0"} 1\nm_bucket{le="+Inf",engine="0"} 2\nm_count{engine="0"} 2\n'
+            '# TYPE x gauge\nx{b="2",a="1"} 3\n'
+        )
+        b = parse_exposition(
+            'm_bucket{engine="0",le="1"} 1\nm_bucket{engine="0",le="+Inf"} 2\nm_count{engine="0"} 2\n'
+            '# TYPE x gauge\nx{a="1",b="2"} 3\n'
+        )
         assert a.series("x") == b.series("x")
         assert a.histogram("m") == b.histogram("m")
 
@@ -100,11 +110,14 @@ class TestParse:
         assert g.engine == "trtllm" and g.version_hint == "Triton backend"
         assert s.value("nv_trt_llm_kv_cache_block_metrics", (("kv_cache_block_type", "used"),)) == 1000.0
 
-    @pytest.mark.parametrize("fixture, line_number, fragment", [
-        ("broken-truncated.txt", 5, 'vllm:kv_cache_usage_perc{engine="0",model_na'),
-        ("broken-bad-value.txt", 4, "lots"),
-        ("broken-html.txt", 1, "<!DOCTYPE html>"),
-    ])
+    @pytest.mark.parametrize(
+        "fixture, line_number, fragment",
+        [
+            ("broken-truncated.txt", 5, 'vllm:kv_cache_usage_perc{engine="0",model_na'),
+            ("broken-bad-value.txt", 4, "lots"),
+            ("broken-html.txt", 1, "<!DOCTYPE html>"),
+        ],
+    )
     def test_broken_text_names_the_line(self, fixture, line_number, fragment):
         with pytest.raises(MalformedMetrics) as info:
             parse_exposition(page(fixture), "http://127.0.0.1:9/metrics")
@@ -124,13 +137,16 @@ class TestParse:
 
 # --- engine detection and the mapping -------------------------------------------------------
 class TestEngines:
-    @pytest.mark.parametrize("fixture, hint", [
-        ("vllm-0.6-v0.txt", "V0"),
-        ("vllm-0.8.5-v1.txt", "V1, 0.8.x"),
-        ("vllm-0.10.2-v1.txt", "V1, 0.9-0.11"),
-        ("vllm-0.32.0-cpu-real.txt", "V1, >=0.29"),
-        ("vllm-0.32-dp2-multiproc.txt", "V1, >=0.20"),
-    ])
+    @pytest.mark.parametrize(
+        "fixture, hint",
+        [
+            ("vllm-0.6-v0.txt", "V0"),
+            ("vllm-0.8.5-v1.txt", "V1, 0.8.x"),
+            ("vllm-0.10.2-v1.txt", "V1, 0.9-0.11"),
+            ("vllm-0.32.0-cpu-real.txt", "V1, >=0.29"),
+            ("vllm-0.32-dp2-multiproc.txt", "V1, >=0.20"),
+        ],
+    )
     def test_vllm_version_hints(self, fixture, hint):
         g = detect_engine(parse_exposition(page(fixture)))
         assert g.engine == "vllm" and g.version_hint == hint
@@ -142,19 +158,24 @@ class TestEngines:
         assert w.resolve(names["itl"]).name == "vllm:inter_token_latency_seconds"
         assert w.resolve(names["prefix"]).hits.name == "vllm:prefix_cache_hits_total"
 
-    @pytest.mark.parametrize("fixture, concept, name", [
-        ("vllm-0.6-v0.txt", "kv_usage", "vllm:gpu_cache_usage_perc"),
-        ("vllm-0.6-v0.txt", "itl", "vllm:time_per_output_token_seconds"),
-        ("vllm-0.8.5-v1.txt", "itl", "vllm:time_per_output_token_seconds"),
-        ("vllm-0.32.0-cpu-real.txt", "waiting", "vllm:num_requests_waiting_by_reason"),
-    ])
+    @pytest.mark.parametrize(
+        "fixture, concept, name",
+        [
+            ("vllm-0.6-v0.txt", "kv_usage", "vllm:gpu_cache_usage_perc"),
+            ("vllm-0.6-v0.txt", "itl", "vllm:time_per_output_token_seconds"),
+            ("vllm-0.8.5-v1.txt", "itl", "vllm:time_per_output_token_seconds"),
+            ("vllm-0.32.0-cpu-real.txt", "waiting", "vllm:num_requests_waiting_by_reason"),
+        ],
+    )
     def test_old_names_are_fallbacks(self, fixture, concept, name):
         assert window_of(page(fixture)).resolve(ENGINE_METRICS["vllm"][concept]).name == name
 
     def test_old_prefix_counters_pair_with_each_other(self):
         pair = window_of(page("vllm-0.8.5-v1.txt")).resolve(ENGINE_METRICS["vllm"]["prefix"])
-        assert (pair.hits.name, pair.queries.name) == ("vllm:gpu_prefix_cache_hits_total",
-                                                       "vllm:gpu_prefix_cache_queries_total")
+        assert (pair.hits.name, pair.queries.name) == (
+            "vllm:gpu_prefix_cache_hits_total",
+            "vllm:gpu_prefix_cache_queries_total",
+        )
 
     def test_dp_aggregation(self):
         w = window_of(page("vllm-0.32-dp2-multiproc.txt"))
@@ -222,7 +243,7 @@ class TestHistogramQuantile:
     @given(st.lists(st.integers(0, 50), min_size=1, max_size=8), st.floats(0, 1), st.floats(0, 1))
     @settings(max_examples=200, deadline=None)
     def test_quantile_is_monotonic_and_inside_its_bucket(self, counts, q1, q2):
-        edges = [0.01 * 2 ** i for i in range(len(counts))] + [math.inf]
+        edges = [0.01 * 2**i for i in range(len(counts))] + [math.inf]
         cum, running = [], 0
         for c in counts + [0]:
             running += c
@@ -237,8 +258,20 @@ class TestHistogramQuantile:
 
 
 # --- windows: counters, resets, histograms ----------------------------------------------------
-def vllm_page(prompt=0.0, gen=0.0, hits=0.0, queries=0.0, preempt=0.0, running=0.0, waiting=0.0, usage=0.0,
-              itl=(0, 0, 0, 0), itl_sum=0.0, created=1.7e9, success=0.0) -> str:
+def vllm_page(
+    prompt=0.0,
+    gen=0.0,
+    hits=0.0,
+    queries=0.0,
+    preempt=0.0,
+    running=0.0,
+    waiting=0.0,
+    usage=0.0,
+    itl=(0, 0, 0, 0),
+    itl_sum=0.0,
+    created=1.7e9,
+    success=0.0,
+) -> str:
     """A minimal vLLM V1 page with the given lifetime values (ITL: cumulative 0.01/0.025/0.05/+Inf)."""
     lab = 'engine="0",model_name="m"'
     b = itl
@@ -284,8 +317,12 @@ class TestWindow:
 
     def test_counter_reset_like_prometheus_rate(self):
         # 100 -> 250 (+150) -> 30 (restart: +30 since the reset) -> 80 (+50) = 230.
-        w = window_of(vllm_page(prompt=100), vllm_page(prompt=250), vllm_page(prompt=30, created=1.8e9),
-                      vllm_page(prompt=80, created=1.8e9))
+        w = window_of(
+            vllm_page(prompt=100),
+            vllm_page(prompt=250),
+            vllm_page(prompt=30, created=1.8e9),
+            vllm_page(prompt=80, created=1.8e9),
+        )
         inc = w.counter(ENGINE_METRICS["vllm"]["prompt_tokens"][0])
         assert inc.total == 230.0 and inc.resets == 1
 
@@ -297,7 +334,8 @@ class TestWindow:
 
     def test_series_created_mid_window_counts_from_zero(self):
         a = page("sglang-0.5.23-cpu-real.txt").replace(
-            'sglang:prompt_tokens_total{engine_type="unified",is_streaming="true",model_name="tiny-llama"} 10.0\n', "")
+            'sglang:prompt_tokens_total{engine_type="unified",is_streaming="true",model_name="tiny-llama"} 10.0\n', ""
+        )
         w = window_of(a, page("sglang-0.5.23-cpu-real.txt"))
         inc = w.counter(ENGINE_METRICS["sglang"]["prompt_tokens"][0])
         assert inc.total == 10.0  # the streaming series appeared with 10 tokens
@@ -311,16 +349,18 @@ class TestWindow:
 
     def test_histogram_window_quantile_uses_bucket_increases(self):
         # Lifetime before the window: 1000 fast tokens. In the window: 20 more, all slow.
-        w = window_of(vllm_page(itl=(1000, 1000, 1000, 1000), itl_sum=5.0),
-                      vllm_page(itl=(1000, 1000, 1020, 1020), itl_sum=5.8))
+        w = window_of(
+            vllm_page(itl=(1000, 1000, 1000, 1000), itl_sum=5.0), vllm_page(itl=(1000, 1000, 1020, 1020), itl_sum=5.8)
+        )
         inc = w.histogram(ENGINE_METRICS["vllm"]["itl"][0])
         assert inc.count == 20.0 and inc.sum == pytest.approx(0.8)
         assert histogram_quantile(0.5, inc.buckets).value == pytest.approx(0.0375)  # 0.025 + 0.025 * 10/20
         # A lifetime quantile would have said "< 10 ms": the window must not.
 
     def test_histogram_reset(self):
-        w = window_of(vllm_page(itl=(5, 10, 10, 10), itl_sum=0.1),
-                      vllm_page(itl=(1, 2, 2, 2), itl_sum=0.03, created=1.8e9))
+        w = window_of(
+            vllm_page(itl=(5, 10, 10, 10), itl_sum=0.1), vllm_page(itl=(1, 2, 2, 2), itl_sum=0.03, created=1.8e9)
+        )
         inc = w.histogram(ENGINE_METRICS["vllm"]["itl"][0])
         assert inc.count == 2.0 and inc.resets == 1
 
@@ -334,11 +374,14 @@ class TestWindow:
 
     def test_jsonl_round_trip_keeps_bad_lines_as_notes(self, tmp_path):
         import json
-        lines = [json.dumps({"t_wall": 1.0, "t_mono": 10.0, "text": vllm_page(prompt=1)}),
-                 json.dumps({"t_wall": 2.0, "t_mono": 11.0, "error": "connection refused"}),
-                 json.dumps({"t_wall": 3.0, "t_mono": 12.0, "text": "garbage{", "error": None}),
-                 json.dumps({"t_wall": 4.0, "t_mono": 13.0, "text": vllm_page(prompt=5)}),
-                 '{"t_wall": 5.0, "t_mono": 14.0, "text": "# TYPE vllm:num_req']  # killed mid-write
+
+        lines = [
+            json.dumps({"t_wall": 1.0, "t_mono": 10.0, "text": vllm_page(prompt=1)}),
+            json.dumps({"t_wall": 2.0, "t_mono": 11.0, "error": "connection refused"}),
+            json.dumps({"t_wall": 3.0, "t_mono": 12.0, "text": "garbage{", "error": None}),
+            json.dumps({"t_wall": 4.0, "t_mono": 13.0, "text": vllm_page(prompt=5)}),
+            '{"t_wall": 5.0, "t_mono": 14.0, "text": "# TYPE vllm:num_req',
+        ]  # killed mid-write
         (tmp_path / "metrics.jsonl").write_text("\n".join(lines))
         w = Window.from_jsonl(tmp_path)
         assert [r.ok for r in w.records] == [True, False, False, True]
@@ -381,11 +424,34 @@ class TestPassive:
     def test_measured_window(self):
         w = window_of(
             vllm_page(prompt=0, gen=0, hits=0, queries=0, itl=(0, 0, 0, 0), running=0, usage=0.1),
-            vllm_page(prompt=1000, gen=100, hits=256, queries=1000, preempt=1, itl=(0, 80, 100, 100),
-                      itl_sum=2.0, running=4, waiting=2, usage=0.9, success=2),
-            vllm_page(prompt=2000, gen=300, hits=768, queries=2000, preempt=3, itl=(0, 160, 280, 300),
-                      itl_sum=7.0, running=6, waiting=0, usage=1.0, success=5),
-            dt=2.0)
+            vllm_page(
+                prompt=1000,
+                gen=100,
+                hits=256,
+                queries=1000,
+                preempt=1,
+                itl=(0, 80, 100, 100),
+                itl_sum=2.0,
+                running=4,
+                waiting=2,
+                usage=0.9,
+                success=2,
+            ),
+            vllm_page(
+                prompt=2000,
+                gen=300,
+                hits=768,
+                queries=2000,
+                preempt=3,
+                itl=(0, 160, 280, 300),
+                itl_sum=7.0,
+                running=6,
+                waiting=0,
+                usage=1.0,
+                success=5,
+            ),
+            dt=2.0,
+        )
         ev = passive_evidence(w)
         assert ev["prefix.hit_rate"].value == pytest.approx(768 / 2000)
         assert ev["prefix.queried_tokens"].value == 2000
@@ -423,22 +489,33 @@ class TestPassive:
 
     def test_old_prefix_counters_warn_about_preemption_inflation(self):
         a = page("vllm-0.8.5-v1.txt")
-        b = a.replace('gpu_prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 1024.0',
-                      'gpu_prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 1536.0') \
-             .replace('gpu_prefix_cache_queries_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 4096.0',
-                      'gpu_prefix_cache_queries_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 5120.0') \
-             .replace('num_preemptions_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 0.0',
-                      'num_preemptions_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 4.0')
+        b = (
+            a.replace(
+                'gpu_prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 1024.0',
+                'gpu_prefix_cache_hits_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 1536.0',
+            )
+            .replace(
+                'gpu_prefix_cache_queries_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 4096.0',
+                'gpu_prefix_cache_queries_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 5120.0',
+            )
+            .replace(
+                'num_preemptions_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 0.0',
+                'num_preemptions_total{engine="0",model_name="Qwen/Qwen2.5-7B"} 4.0',
+            )
+        )
         ev = passive_evidence(window_of(a, b))
         assert ev["prefix.hit_rate"].value == pytest.approx(512 / 1024)
         assert any("25780" in w for w in ev["prefix.hit_rate"].warnings)
 
     def test_sglang_window(self):
         a = page("sglang-0.5.23-cpu-real.txt")
-        b = a.replace('mode="prefill_cache",model_name="tiny-llama",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 1413.0',
-                      'mode="prefill_cache",model_name="tiny-llama",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 1913.0') \
-             .replace('mode="prefill_compute",model_name="tiny-llama",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 1454.0',
-                      'mode="prefill_compute",model_name="tiny-llama",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 1954.0')
+        b = a.replace(
+            'mode="prefill_cache",model_name="tiny-llama",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 1413.0',
+            'mode="prefill_cache",model_name="tiny-llama",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 1913.0',
+        ).replace(
+            'mode="prefill_compute",model_name="tiny-llama",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 1454.0',
+            'mode="prefill_compute",model_name="tiny-llama",moe_ep_rank="0",pp_rank="0",tp_rank="0"} 1954.0',
+        )
         ev = passive_evidence(window_of(a, b))
         assert ev["engine.name"].value == "sglang"
         assert ev["prefix.hit_rate"].value == pytest.approx(0.5)  # 500 from cache, 500 computed
@@ -452,24 +529,32 @@ class TestPassive:
         assert isinstance(ev["decode.time_share"], NotMeasured) or ev["decode.time_share"].value >= 0
 
     def test_sglang_older_pages_fall_back_to_tokenizer_counters(self):
-        a = "".join(line + "\n" for line in page("sglang-0.5.23-cpu-real.txt").splitlines()
-                    if "realtime_tokens_total" not in line)
-        b = a.replace('cached_tokens_total{cache_source="device",engine_type="unified",model_name="tiny-llama"} 1413.0',
-                      'cached_tokens_total{cache_source="device",engine_type="unified",model_name="tiny-llama"} 1663.0') \
-             .replace('prompt_tokens_total{engine_type="unified",is_streaming="false",model_name="tiny-llama"} 2856.0',
-                      'prompt_tokens_total{engine_type="unified",is_streaming="false",model_name="tiny-llama"} 3856.0')
+        a = "".join(
+            line + "\n"
+            for line in page("sglang-0.5.23-cpu-real.txt").splitlines()
+            if "realtime_tokens_total" not in line
+        )
+        b = a.replace(
+            'cached_tokens_total{cache_source="device",engine_type="unified",model_name="tiny-llama"} 1413.0',
+            'cached_tokens_total{cache_source="device",engine_type="unified",model_name="tiny-llama"} 1663.0',
+        ).replace(
+            'prompt_tokens_total{engine_type="unified",is_streaming="false",model_name="tiny-llama"} 2856.0',
+            'prompt_tokens_total{engine_type="unified",is_streaming="false",model_name="tiny-llama"} 3856.0',
+        )
         ev = passive_evidence(window_of(a, b))
         assert ev["prefix.hit_rate"].value == pytest.approx(0.25)  # 250 cached of 1000 prompt tokens
         assert ev["prefix.queried_tokens"].value == 1000.0
 
     def test_spec_decode_counters(self):
         base = page("vllm-0.32.0-cpu-real.txt")
-        spec = ('# TYPE vllm:spec_decode_num_drafts_total counter\n'
-                'vllm:spec_decode_num_drafts_total{{engine="0",model_name="tiny-llama"}} {d}\n'
-                '# TYPE vllm:spec_decode_num_draft_tokens_total counter\n'
-                'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="tiny-llama"}} {t}\n'
-                '# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n'
-                'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="tiny-llama"}} {a}\n')
+        spec = (
+            "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+            'vllm:spec_decode_num_drafts_total{{engine="0",model_name="tiny-llama"}} {d}\n'
+            "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+            'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="tiny-llama"}} {t}\n'
+            "# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+            'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="tiny-llama"}} {a}\n'
+        )
         ev = passive_evidence(window_of(base + spec.format(d=10, t=30, a=12), base + spec.format(d=110, t=330, a=162)))
         assert ev["spec.acceptance_rate"].value == pytest.approx(150 / 300)
         assert ev["spec.mean_acceptance_length"].value == pytest.approx(1 + 150 / 100)
@@ -478,7 +563,15 @@ class TestPassive:
     def test_interference_correlation(self):
         # Intervals with more prompt tokens have slower decode steps: rho = +1.
         pages, prompt, count, total = [], 0.0, 0.0, 0.0
-        for p_rate, itl_mean in [(0, .01), (500, .03), (100, .015), (900, .05), (300, .02), (700, .04), (50, .012)]:
+        for p_rate, itl_mean in [
+            (0, 0.01),
+            (500, 0.03),
+            (100, 0.015),
+            (900, 0.05),
+            (300, 0.02),
+            (700, 0.04),
+            (50, 0.012),
+        ]:
             prompt += p_rate
             count += 10
             total += 10 * itl_mean
@@ -498,13 +591,19 @@ class TestPassive:
 
         def gen_hist(cum, total):
             edges = ["1", "2", "5", "10", "20", "50", "100", "200", "500", "+Inf"]
-            lines = "".join(f'vllm:request_generation_tokens_bucket{{{lab},le="{e}"}} {c}\n' for e, c in zip(edges, cum))
-            return (f"# TYPE vllm:request_generation_tokens histogram\n{lines}"
-                    f"vllm:request_generation_tokens_count{{{lab}}} {cum[-1]}\n"
-                    f"vllm:request_generation_tokens_sum{{{lab}}} {total}\n")
+            lines = "".join(
+                f'vllm:request_generation_tokens_bucket{{{lab},le="{e}"}} {c}\n' for e, c in zip(edges, cum)
+            )
+            return (
+                f"# TYPE vllm:request_generation_tokens histogram\n{lines}"
+                f"vllm:request_generation_tokens_count{{{lab}}} {cum[-1]}\n"
+                f"vllm:request_generation_tokens_sum{{{lab}}} {total}\n"
+            )
 
-        w = window_of(vllm_page() + gen_hist([0] * 10, 0),
-                      vllm_page() + gen_hist([0, 0, 0, 0, 2, 2, 4, 8, 10, 10], 2 * 15 + 2 * 75 + 4 * 150 + 2 * 350))
+        w = window_of(
+            vllm_page() + gen_hist([0] * 10, 0),
+            vllm_page() + gen_hist([0, 0, 0, 0, 2, 2, 4, 8, 10, 10], 2 * 15 + 2 * 75 + 4 * 150 + 2 * 350),
+        )
         ev = passive_evidence(w)
         assert ev["outputs.length_p50"].value == pytest.approx(125.0)  # rank 5 in (100, 200]: 100 + 100 * 1/4
         assert "estimated from" in ev["outputs.length_p50"].note
@@ -536,8 +635,11 @@ def test_spearman_by_hand():
 def test_real_kv_pressure_pages():
     """Two real pages 0.5 s apart from vLLM 0.32 CPU under KV pressure (16 blocks of 128 tokens,
     prefix caching off, 8 concurrent requests of ~580 prompt + ~440 output tokens)."""
-    ev = passive_evidence(window_of(page("vllm-0.32.0-cpu-kv-pressure-real-a.txt"),
-                                    page("vllm-0.32.0-cpu-kv-pressure-real-b.txt"), dt=0.5))
+    ev = passive_evidence(
+        window_of(
+            page("vllm-0.32.0-cpu-kv-pressure-real-a.txt"), page("vllm-0.32.0-cpu-kv-pressure-real-b.txt"), dt=0.5
+        )
+    )
     assert ev["kv.preemptions"].value == 1.0
     assert ev["kv.usage_p95"].value > 0.93 and ev["queue.waiting_mean"].value == 3.0
     assert ev["kv.capacity_tokens"].value == 2048.0

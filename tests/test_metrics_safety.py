@@ -30,11 +30,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from diagnose.cli import main
-from probes import quantities as Q
-from probes.http import MalformedMetrics, make_session
-from probes.metrics import exposition as ex
-from probes.metrics.exposition import (
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.http import MalformedMetrics, make_session
+from llm_diagnose.probes.metrics import exposition as ex
+from llm_diagnose.probes.metrics.exposition import (
     BAD_DUPLICATE,
     BAD_HUGE,
     BAD_INFINITE,
@@ -48,10 +48,10 @@ from probes.metrics.exposition import (
     fast_samples,
     parse_exposition,
 )
-from probes.metrics.passive import passive_evidence
-from probes.metrics.scraper import Scraper, scrape_once
-from probes.metrics.window import Window, record_from_text
-from probes.results import Measurement
+from llm_diagnose.probes.metrics.passive import passive_evidence
+from llm_diagnose.probes.metrics.scraper import Scraper, scrape_once
+from llm_diagnose.probes.metrics.window import Window, record_from_text
+from llm_diagnose.probes.results import Measurement
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "metrics").glob("*.txt"))
 SHARED = sorted(Path("/work/shared/fixtures").glob("*")) if Path("/work/shared/fixtures").is_dir() else []
@@ -119,12 +119,14 @@ def test_fast_path_matches_prometheus_client_on_every_fixture(path):
 EDGE_PAGES = {
     "escapes": 'm{a="q\\"uote",b="back\\\\slash",c="new\\nline",d="tab\\tstays"} 1\n',
     "braces and commas in values": 'm{a="x}y",b="1,2",c="{"} 3\n',
-    "timestamps": "# TYPE m gauge\nm 1 1700000000000\nm{a=\"1\"} 2 -5\nm{a=\"2\"} 3 1.5e12\n",
+    "timestamps": '# TYPE m gauge\nm 1 1700000000000\nm{a="1"} 2 -5\nm{a="2"} 3 1.5e12\n',
     "huge integer timestamp": "m 1 " + "9" * 30 + "\n",
     "inf and nan": "# TYPE c counter\nc_total +Inf\n# TYPE g gauge\ng -Inf\nh NaN\ni nan\nj Infinity\n",
     "400-digit value": "c_total " + "1" * 400 + "\n",
-    "histogram": ('# HELP h x\n# TYPE h histogram\nh_bucket{le="0.1"} 1\nh_bucket{le="+Inf"} 3\nh_count 3\n'
-                  'h_sum 0.4\nh_created 1.7e9\n'),
+    "histogram": (
+        '# HELP h x\n# TYPE h histogram\nh_bucket{le="0.1"} 1\nh_bucket{le="+Inf"} 3\nh_count 3\n'
+        "h_sum 0.4\nh_created 1.7e9\n"
+    ),
     "summary": '# TYPE s summary\ns{quantile="0.5"} NaN\ns_count 0\ns_sum 0\n',
     "counter typed without _total": "# TYPE c counter\nc 4\nc_total 5\n",
     "help after samples": "m 1\n# HELP m doc\nm 2\n# TYPE m counter\nm 3\n",
@@ -165,15 +167,27 @@ def test_fast_path_matches_prometheus_client_on_edge_cases(name):
 
 def test_the_fast_path_takes_the_common_edge_cases():
     # The shapes engines write must not fall back (that would cost the 10x).
-    for name in ("escapes", "braces and commas in values", "timestamps", "inf and nan", "histogram", "summary",
-                 "counter typed without _total", "help after samples", "spaces", "comments", "unicode label value"):
+    for name in (
+        "escapes",
+        "braces and commas in values",
+        "timestamps",
+        "inf and nan",
+        "histogram",
+        "summary",
+        "counter typed without _total",
+        "help after samples",
+        "spaces",
+        "comments",
+        "unicode label value",
+    ):
         assert assert_agrees(EDGE_PAGES[name]) == "fast", name
 
 
 _NAMES = st.sampled_from(["m", "m_total", "m_count", "m_sum", "m_bucket", "m_created", "x:y", "_z", "n"])
 _LABEL_VALUES = st.text(alphabet=st.sampled_from(list('ab01 ,={}"\\n\tü.')), max_size=6)
-_VALUES = st.sampled_from(["1", "0", "-1", "1.5", "1e3", "+Inf", "-Inf", "NaN", "1e308", "9" * 20, "0x1",
-                           "1_0", "", "abc", "2.0"])
+_VALUES = st.sampled_from(
+    ["1", "0", "-1", "1.5", "1e3", "+Inf", "-Inf", "NaN", "1e308", "9" * 20, "0x1", "1_0", "", "abc", "2.0"]
+)
 
 
 @st.composite
@@ -215,18 +229,26 @@ def test_label_cache_gives_the_same_scrape_warm_and_cold():
 
 # --- bad samples ---------------------------------------------------------------------------------
 def test_bad_samples_are_excluded_and_listed():
-    page = ("# TYPE a counter\na_total{x=\"1\"} +Inf\na_total{x=\"2\"} 5\n"
-            "# TYPE b counter\nb_total -3\n"
-            "# TYPE c counter\nc_total NaN\n"
-            "# TYPE d counter\nd_total 1e308\n"
-            "# TYPE e gauge\ne{x=\"1\"} 2\ne{x=\"1\"} 7\n"
-            "# TYPE f gauge\nf NaN\ng -Inf\n"
-            "# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} -2\nh_count 2\nh_sum 1\n")
+    page = (
+        '# TYPE a counter\na_total{x="1"} +Inf\na_total{x="2"} 5\n'
+        "# TYPE b counter\nb_total -3\n"
+        "# TYPE c counter\nc_total NaN\n"
+        "# TYPE d counter\nd_total 1e308\n"
+        '# TYPE e gauge\ne{x="1"} 2\ne{x="1"} 7\n'
+        "# TYPE f gauge\nf NaN\ng -Inf\n"
+        '# TYPE h histogram\nh_bucket{le="1"} 1\nh_bucket{le="+Inf"} -2\nh_count 2\nh_sum 1\n'
+    )
     s = parse_exposition(page)
     reasons = {(b.name, b.reason) for b in s.bad}
-    assert reasons == {("a_total", BAD_INFINITE), ("b_total", BAD_NEGATIVE_COUNT), ("c_total", BAD_NAN_COUNT),
-                       ("d_total", BAD_HUGE), ("e", BAD_DUPLICATE), ("g", BAD_INFINITE),
-                       ("h_bucket", BAD_NEGATIVE_COUNT)}
+    assert reasons == {
+        ("a_total", BAD_INFINITE),
+        ("b_total", BAD_NEGATIVE_COUNT),
+        ("c_total", BAD_NAN_COUNT),
+        ("d_total", BAD_HUGE),
+        ("e", BAD_DUPLICATE),
+        ("g", BAD_INFINITE),
+        ("h_bucket", BAD_NEGATIVE_COUNT),
+    }
     assert s.value("a_total") == 5.0 and s.series("b_total") == () and s.value("d_total") is None
     assert s.value("e") == 2.0  # the first copy is kept, as Prometheus does; never summed
     assert math.isnan(s.series("f")[0].value)  # a NaN gauge is "no reading", not bad
@@ -263,8 +285,9 @@ def test_alternating_huge_counter_is_not_a_throughput():
 
 
 def test_negative_counter_and_gauge_and_duplicates_are_left_out():
-    ev = passive_evidence(_window(_page("100", "0.1"), _page("-50", "-0.5"), _page("140", "0.3", dup=True),
-                                  _page("160", "0.2")))
+    ev = passive_evidence(
+        _window(_page("100", "0.1"), _page("-50", "-0.5"), _page("140", "0.3", dup=True), _page("160", "0.2"))
+    )
     assert ev[Q.GEN_TOKENS_PER_S].value == pytest.approx(20.0)
     kv = ev[Q.KV_USAGE_MEAN]
     assert kv.value == pytest.approx(0.2) and -0.5 not in kv.samples and any("left out" in w for w in kv.warnings)
@@ -300,8 +323,9 @@ class ThreadedFake:
             return web.Response(body=page.encode() if isinstance(page, str) else page, content_type="text/plain")
 
         async def models(_: web.Request) -> web.Response:
-            return web.json_response({"object": "list", "data": [{"id": "tiny-llama", "owned_by": "vllm",
-                                                                  "max_model_len": 2048}]})
+            return web.json_response(
+                {"object": "list", "data": [{"id": "tiny-llama", "owned_by": "vllm", "max_model_len": 2048}]}
+            )
 
         app = web.Application()
         app.router.add_get("/metrics", metrics)
@@ -316,7 +340,7 @@ class ThreadedFake:
         self._loop.run_forever()
         self._loop.run_until_complete(runner.cleanup())
 
-    def __enter__(self) -> "ThreadedFake":
+    def __enter__(self) -> ThreadedFake:
         self._thread.start()
         self._ready.wait(10)
         return self
@@ -332,8 +356,13 @@ class ThreadedFake:
 
 def test_run_with_bad_values_writes_evidence_and_reports_them(tmp_path, capsys):
     # Fake: +Inf, 1e308/1, negative and duplicate samples cannot be made to come from a real engine.
-    pages = [_page("100", "0.1"), _page("+Inf", "-0.5"), _page("1e308", "0.3", dup=True), _page("1", "0.2"),
-             _page("160", "0.2")]
+    pages = [
+        _page("100", "0.1"),
+        _page("+Inf", "-0.5"),
+        _page("1e308", "0.3", dup=True),
+        _page("1", "0.2"),
+        _page("160", "0.2"),
+    ]
     out = tmp_path / "run"
     with ThreadedFake(pages) as fake:
         code = main(["run", "--url", fake.url, "--duration", "2", "--interval", "0.5", "--out", str(out), "--quiet"])
@@ -374,7 +403,7 @@ def test_page_over_the_series_limit_is_refused(fast):
 
 def test_huge_page_from_a_server_is_not_read_past_the_limit():
     # Fake: a 57 MB page, the size that took 66 s and 2.6 GB before the bound.
-    big = ("vllm:x{id=\"%08d\"} 1\n" * 1).encode()
+    big = ('vllm:x{id="%08d"} 1\n' * 1).encode()
     page = b"".join(big.replace(b"%08d", b"%08d" % i) for i in range(2_500_000))
     assert len(page) > 50e6
 
@@ -411,10 +440,11 @@ def test_parse_runs_off_the_event_loop(monkeypatch):
     # Which thread parses is asserted, not how long the loop stalled: a stall bound is a timing
     # assertion that a busy 2-core host breaks (CI saw a 1 s gap with the parse in a thread,
     # since the parse holds the GIL in slices); the thread is what the design promises.
-    import probes.metrics.scraper as scraper_module
+    import llm_diagnose.probes.metrics.scraper as scraper_module
 
     page = "# TYPE vllm:num_requests_running gauge\n" + "".join(
-        f'vllm:num_requests_running{{engine="{i}",model_name="m"}} 1\n' for i in range(2_000))
+        f'vllm:num_requests_running{{engine="{i}",model_name="m"}} 1\n' for i in range(2_000)
+    )
     real_parse = scraper_module.parse_exposition
     parsed_on: list[int] = []
 

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.evidence import Evidence, Target
-from probes import quantities as Q
-from probes.microbench import Ceilings, Grid, ModelCosts, roofline_floor, run_microbench
-from probes.microbench.ceilings import matmul_sweep
-from probes.microbench.roofline import StepCost
-from probes.microbench.run import StepResult, bound_by_steps
-from probes.results import Measurement, Provenance
-from probes.timing import rate_from_time
-from probes.microbench.steps import StepBench, build_causal_lm
+from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.microbench import Ceilings, Grid, ModelCosts, roofline_floor, run_microbench
+from llm_diagnose.probes.microbench.ceilings import matmul_sweep
+from llm_diagnose.probes.microbench.roofline import StepCost
+from llm_diagnose.probes.microbench.run import StepResult, bound_by_steps
+from llm_diagnose.probes.microbench.steps import StepBench, build_causal_lm
+from llm_diagnose.probes.results import Measurement, Provenance
+from llm_diagnose.probes.timing import rate_from_time
 
 # A Llama-3-8B-like shape on H200 datasheet ceilings (4.8 TB/s, 989 dense bf16 TFLOP/s).
-LLAMA8B = ModelCosts(layers=32, heads=32, kv_heads=8, head_dim=128, linear_params_per_token=6_979_321_856,
-                     lm_head_params=525_336_576, weight_bytes=2 * (6_979_321_856 + 525_336_576), kv_dtype_bytes=2)
+LLAMA8B = ModelCosts(
+    layers=32,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    linear_params_per_token=6_979_321_856,
+    lm_head_params=525_336_576,
+    weight_bytes=2 * (6_979_321_856 + 525_336_576),
+    kv_dtype_bytes=2,
+)
 H200 = Ceilings(memcpy_bytes_per_s=4.8e12, matmul_flops_per_s=989e12, source="datasheet")
 
 
@@ -54,17 +62,28 @@ def test_rewound_static_cache_decode_matches_a_dynamic_cache_decode() -> None:
         model(input_ids=ids, position_ids=torch.arange(10).expand(2, 10), past_key_values=static, use_cache=True)
         for _ in range(3):  # every repetition is the same step, not the next one
             bench._rewind(static, 10)
-            got = model(input_ids=nxt, position_ids=torch.full((2, 1), 10), past_key_values=static,
-                        use_cache=True).logits
+            got = model(
+                input_ids=nxt, position_ids=torch.full((2, 1), 10), past_key_values=static, use_cache=True
+            ).logits
             torch.testing.assert_close(got, expected)
 
 
 def test_small_grid_on_cpu_gives_latencies_floors_and_evidence() -> None:
-    report = run_microbench(build_causal_lm("tiny"), Grid(batches=(1, 4), contexts=(32,), prompts=(64,),
-                                                          mixed_decodes=4, mixed_chunk=32), budget_s=0.05)
+    report = run_microbench(
+        build_causal_lm("tiny"),
+        Grid(batches=(1, 4), contexts=(32,), prompts=(64,), mixed_decodes=4, mixed_chunk=32),
+        budget_s=0.05,
+    )
     items = report.evidence_items()
-    for key in (Q.decode_step_latency_key(1), Q.decode_floor_key(4), Q.decode_bound_key(1), Q.prefill_latency_key(64),
-                Q.MEMCPY_BYTES_PER_S, Q.MATMUL_FLOPS_PER_S, Q.MIXED_STEP_RATIO):
+    for key in (
+        Q.decode_step_latency_key(1),
+        Q.decode_floor_key(4),
+        Q.decode_bound_key(1),
+        Q.prefill_latency_key(64),
+        Q.MEMCPY_BYTES_PER_S,
+        Q.MATMUL_FLOPS_PER_S,
+        Q.MIXED_STEP_RATIO,
+    ):
         assert key in items, key
     for step in report.steps:
         assert step.floor is not None and 0 < step.floor.seconds < step.latency.value  # a floor is below the step
@@ -81,17 +100,24 @@ def test_tiny_decode_is_memory_bound_in_fp32() -> None:
     # AVX2-only parts a bf16 matmul runs at a few GFLOP/s and the tiny decode is compute-bound.)
     import torch
 
-    report = run_microbench(build_causal_lm("tiny", dtype=torch.float32),
-                            Grid(batches=(2,), contexts=(16,), prompts=(16,), mixed_decodes=2, mixed_chunk=8),
-                            budget_s=0.05)
+    report = run_microbench(
+        build_causal_lm("tiny", dtype=torch.float32),
+        Grid(batches=(2,), contexts=(16,), prompts=(16,), mixed_decodes=2, mixed_chunk=8),
+        budget_s=0.05,
+    )
     step = report.decode(2, 16)
     assert step is not None and step.floor is not None and step.floor.bound == "memory"
     assert 0 < step.floor.seconds < step.latency.value
 
 
 def _timed(seconds: tuple[float, ...], note: str) -> Measurement:
-    return Measurement(sorted(seconds)[len(seconds) // 2], "s", Provenance(method="cpu-timer", source="cpu"),
-                       samples=seconds, note=note)
+    return Measurement(
+        sorted(seconds)[len(seconds) // 2],
+        "s",
+        Provenance(method="cpu-timer", source="cpu"),
+        samples=seconds,
+        note=note,
+    )
 
 
 def test_a_ceiling_a_step_beats_is_raised_to_that_steps_fastest_sample() -> None:
@@ -120,13 +146,14 @@ def test_matmul_sweep_takes_the_best_size_and_skips_sizes_past_the_budget() -> N
 
 
 def test_microbench_command_writes_evidence(tmp_path) -> None:
-    from diagnose.cli import _Parser
-    from diagnose.commands import microbench
+    from llm_diagnose.diagnose.cli import _Parser
+    from llm_diagnose.diagnose.commands import microbench
 
     parser = _Parser(prog="llm-diagnose")
     microbench.register(parser.add_subparsers(dest="command", parser_class=_Parser))
-    args = parser.parse_args(["microbench", "--batch", "2", "--context", "16", "--prompt", "16", "--budget", "0.02",
-                              "--out", str(tmp_path)])
+    args = parser.parse_args(
+        ["microbench", "--batch", "2", "--context", "16", "--prompt", "16", "--budget", "0.02", "--out", str(tmp_path)]
+    )
     assert args.func(args) == 0
     ev = Evidence.from_json((tmp_path / "evidence.json").read_text())
     assert ev.measurement(Q.decode_step_latency_key(2)) is not None

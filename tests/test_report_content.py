@@ -9,14 +9,14 @@ from html.parser import HTMLParser
 import pytest
 from markdown_it import MarkdownIt
 
-from diagnose.cli import main
-from diagnose.diagnosis import Diagnosis
-from diagnose.evidence import Evidence, Target
-from diagnose.report import html, markdown, svg
-from diagnose.report import json as report_json
-from diagnose.report.json import format_value
-from diagnose.tree import diagnose
-from probes.results import Measurement, NotMeasured, Summary
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.report import content as report_content
+from llm_diagnose.diagnose.report import html, markdown, svg
+from llm_diagnose.diagnose.report.content import format_value
+from llm_diagnose.diagnose.tree import diagnose
+from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
+from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+from llm_diagnose.probes.results import Measurement, NotMeasured, Summary
 from tests.test_report_samples import FAKE_PROMPT, PROV, XSS, hostile_evidence, rich_evidence, write_run
 
 
@@ -68,8 +68,9 @@ def test_markdown_report_renders_as_tables_whose_cells_hold_the_strings_exactly(
         assert len(widths) == 1, f"a pipe in the data split a row: {table}"
     # The recommendations table by its header: a sanity table (the hostile evidence's uncatalogued key) may precede it.
     recs = next(t for t in md.tables if t[0][:2] == ["#", "technique"])
-    assert [row[1] for row in recs[1:]] == [r.technique for r in d.recommendations
-                                            if r.status in ("recommended", "not-working")]
+    assert [row[1] for row in recs[1:]] == [
+        r.technique for r in d.recommendations if r.status in ("recommended", "not-working")
+    ]
     assert any("--enable-prefix-caching" in row[5] for row in recs[1:]), "the setting to change is shown"
     provenance = dict((row[0], row[1]) for row in md.tables[-1][1:])
     assert provenance["model"] == f"evil|model{XSS}", "markup and pipes survive as text"
@@ -93,8 +94,9 @@ def test_html_source_holds_no_tag_from_the_evidence_and_forbids_scripts():
     assert "<script" not in page.lower()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert f'content="{html.CSP}"'.replace("'", "&#x27;") in page
-    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "").replace(
-        "http://127.0.0.1:8000", ""), "no external resource is referenced"
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "").replace("http://127.0.0.1:8000", ""), (
+        "no external resource is referenced"
+    )
     assert FAKE_PROMPT not in page and "helpful bot" not in page
 
 
@@ -103,16 +105,16 @@ def test_prompt_quoted_by_the_diagnosis_is_withheld_in_every_format():
     d = diagnose(evidence)
     quoted = [p for p in d.pitfalls if FAKE_PROMPT in p.explanation]
     assert quoted, "the dynamic-prefix pitfall quotes the probe's note, prompt included"
-    for text in (html.render(d, evidence), markdown.render(d, evidence), report_json.render(d, evidence)):
+    for text in (html.render(d, evidence), markdown.render(d, evidence), report_content.render(d, evidence)):
         assert "helpful bot" not in text
         assert "prompt text withheld: sha256" in text
-    assert "helpful bot" in report_json.render(d, evidence, include_prompts=True)
+    assert "helpful bot" in report_content.render(d, evidence, include_prompts=True)
 
 
 def test_json_report_carries_the_diagnosis_and_the_provenance():
     evidence = rich_evidence()
     d = diagnose(evidence)
-    doc = json.loads(report_json.render(d, evidence))
+    doc = json.loads(report_content.render(d, evidence))
     assert doc["schema"] == "llm-diagnose/report"
     assert Diagnosis.from_dict(doc["diagnosis"]) == d
     assert [r["technique"] for r in doc["recommendations"]] == ["prefix-caching", "chunked-prefill", "kv-offload"]
@@ -122,15 +124,30 @@ def test_json_report_carries_the_diagnosis_and_the_provenance():
     assert labels["window"].startswith("60.0 s of scrapes")
     q2 = next(q for q in doc["questions"] if q["question"] == "Q2")
     assert q2["comparisons"][0]["threshold"] == "q2.min_reuse_fraction"
-    assert q2["evidence"][0] == {"key": "prefix.potential_fraction", "value": "62.0%", "how": "hand-built from test",
-                                 "note": "", "warnings": []}
+    assert q2["evidence"][0] == {
+        "key": "prefix.potential_fraction",
+        "value": "62.0%",
+        "how": "hand-built from test",
+        "note": "",
+        "warnings": [],
+    }
 
 
-@pytest.mark.parametrize("value,unit,shown", [
-    (80 * (1 << 30), "bytes", "80.00 GiB"), (3 * (1 << 20), "bytes", "3.00 MiB"), (0.0123, "s", "12.3 ms"),
-    (2.5, "s", "2.5 s"), (4e-5, "s", "40 µs"), (0.625, "fraction", "62.5%"), (4096, "tokens", "4,096 tokens"),
-    (12, "count", "12"), (900.4, "1/s", "900/s"), (1.234, "ratio", "1.23"),
-])
+@pytest.mark.parametrize(
+    "value,unit,shown",
+    [
+        (80 * (1 << 30), "bytes", "80.00 GiB"),
+        (3 * (1 << 20), "bytes", "3.00 MiB"),
+        (0.0123, "s", "12.3 ms"),
+        (2.5, "s", "2.5 s"),
+        (4e-5, "s", "40 µs"),
+        (0.625, "fraction", "62.5%"),
+        (4096, "tokens", "4,096 tokens"),
+        (12, "count", "12"),
+        (900.4, "1/s", "900/s"),
+        (1.234, "ratio", "1.23"),
+    ],
+)
 def test_values_are_shown_in_their_units(value, unit, shown):
     assert format_value(value, unit) == shown
 
@@ -155,12 +172,14 @@ def test_each_figure_reads_its_documented_keys(tmp_path):
 
 def test_figures_fall_back_or_say_why_not():
     summary = Summary.from_samples([10, 20, 30, 40, 400])
-    ev = _ev({
-        "outputs.length_p50": Measurement(30.0, "tokens", PROV, summary=summary),
-        "memory.device_total_bytes": NotMeasured("no NVIDIA driver on this machine", "run on the GPU host"),
-        "kv.capacity_tokens": Measurement(4096.0, "tokens", PROV),
-        "prefix.lru_fraction_at_capacity": Measurement(0.3, "fraction", PROV),
-    })
+    ev = _ev(
+        {
+            "outputs.length_p50": Measurement(30.0, "tokens", PROV, summary=summary),
+            "memory.device_total_bytes": NotMeasured("no NVIDIA driver on this machine", "run on the GPU host"),
+            "kv.capacity_tokens": Measurement(4096.0, "tokens", PROV),
+            "prefix.lru_fraction_at_capacity": Measurement(0.3, "fraction", PROV),
+        }
+    )
     figs = {f.id: f for f in svg.figures(ev)}
     assert figs["output-lengths"].drawn and "summary only" in figs["output-lengths"].caption
     assert figs["memory"].missing == "memory.device_total_bytes: no NVIDIA driver on this machine (run on the GPU host)"
@@ -171,8 +190,12 @@ def test_figures_fall_back_or_say_why_not():
 
 def test_memory_beyond_the_device_is_drawn_to_scale_and_said():
     gib = float(1 << 30)
-    ev = _ev({"memory.device_total_bytes": Measurement(24 * gib, "bytes", PROV),
-              "memory.weights_bytes": Measurement(30 * gib, "bytes", PROV)})
+    ev = _ev(
+        {
+            "memory.device_total_bytes": Measurement(24 * gib, "bytes", PROV),
+            "memory.weights_bytes": Measurement(30 * gib, "bytes", PROV),
+        }
+    )
     fig = svg.memory_breakdown(ev)
     assert fig.drawn and "more than the device holds" in fig.caption and "free: 0.00 GiB" in fig.svg
 
@@ -203,12 +226,15 @@ def test_report_command_diagnoses_evidence_alone_and_says_so(tmp_path, capsys):
     assert "Bottleneck:" in out.out and "no diagnosis.json beside" in out.err
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda p: p / "nope", "does not exist"),
-    (lambda p: (p / "x.json").write_text('{"schema": "other"}') and p / "x.json", "field 'schema' is 'other'"),
-    (lambda p: (p / "y.json").write_text("{") and p / "y.json", "not JSON"),
-    (lambda p: p, "neither evidence.json nor diagnosis.json"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda p: p / "nope", "does not exist"),
+        (lambda p: (p / "x.json").write_text('{"schema": "other"}') and p / "x.json", "field 'schema' is 'other'"),
+        (lambda p: (p / "y.json").write_text("{") and p / "y.json", "not JSON"),
+        (lambda p: p, "neither evidence.json nor diagnosis.json"),
+    ],
+)
 def test_report_command_rejects_bad_input_with_exit_2(tmp_path, capsys, make, message):
     assert main(["report", str(make(tmp_path))]) == 2
     assert message in capsys.readouterr().err

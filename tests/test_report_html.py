@@ -25,15 +25,24 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from diagnose.report import html
-from diagnose.tree import diagnose
+from llm_diagnose.diagnose.report import html
+from llm_diagnose.diagnose.tree import diagnose
 from tests.test_report_samples import FAKE_PROMPT, XSS, hostile_evidence, rich_evidence, write_run
 
 pytestmark = pytest.mark.timeout(120)
 
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--remote-debugging-port=0", "--window-size=1280,1400")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--remote-debugging-port=0",
+    "--window-size=1280,1400",
+)
 PAGE_TIMEOUT_S = 60
 
 # What the page shows, asked of the browser's DOM (not of the file's text).
@@ -150,9 +159,13 @@ def visit(page: Path, work: Path) -> Visit:
     profile, log = work / "chromium-profile", work / "chromium.log"
     profile.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as log_fh:
-        proc = subprocess.Popen([chromium_path(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                stdin=subprocess.DEVNULL, stdout=log_fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [chromium_path(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         port = _wait_for_port(profile, proc, log)
         shot = work / f"{page.stem}.png"
@@ -179,17 +192,18 @@ def png_facts(path: Path) -> tuple[int, int, int]:
     width, height = struct.unpack(">II", data[16:24])
     pos, idat = 8, b""
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        if data[pos + 4:pos + 8] == b"IDAT":
-            idat += data[pos + 8:pos + 8 + length]
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        if data[pos + 4 : pos + 8] == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
         pos += 12 + length
     return width, height, len(set(zlib.decompress(idat)[:4_000_000]))
 
 
 def _write_page(tmp_path: Path, evidence, name: str, *, run_dir=None, include_prompts=False) -> Path:
     page = tmp_path / f"{name}.html"
-    page.write_text(html.render(diagnose(evidence), evidence, run_dir=run_dir, include_prompts=include_prompts),
-                    encoding="utf-8")
+    page.write_text(
+        html.render(diagnose(evidence), evidence, run_dir=run_dir, include_prompts=include_prompts), encoding="utf-8"
+    )
     return page
 
 
@@ -220,7 +234,7 @@ def test_figures_without_data_say_not_measured_and_why(tmp_path):
     run_dir.mkdir()
     evidence = rich_evidence()
     (run_dir / "diagnosis.json").write_text(diagnose(evidence).to_json(), encoding="utf-8")
-    from diagnose.commands.report import load_run
+    from llm_diagnose.diagnose.commands.report import load_run
 
     loaded = load_run(run_dir / "diagnosis.json")  # no evidence.json beside it: nothing to plot
     page = tmp_path / "bare.html"

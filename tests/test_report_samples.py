@@ -10,9 +10,9 @@ import json
 import random
 from pathlib import Path
 
-from diagnose.evidence import Evidence, Target
-from probes.load.records import EVENTS_FILE, REQUESTS_FILE, JsonlWriter, RequestRecord
-from probes.results import Fact, Measurement, NotMeasured, Provenance
+from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+from llm_diagnose.probes.load.records import EVENTS_FILE, REQUESTS_FILE, JsonlWriter, RequestRecord
+from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Provenance
 
 PROV = Provenance(method="hand-built", source="test", taken_at="2026-12-02T00:00:00.000+00:00", window_s=60.0)
 GIB = float(1 << 30)
@@ -34,19 +34,27 @@ def rich_evidence(seed: int = 7) -> Evidence:
     rng = random.Random(seed)
     lengths = [max(1, int(rng.lognormvariate(4.5, 0.9))) for _ in range(300)]
     items = {
-        "engine.name": Fact("vllm", PROV), "engine.version": Fact("0.32.0", PROV),
+        "engine.name": Fact("vllm", PROV),
+        "engine.version": Fact("0.32.0", PROV),
         "engine.model": Fact("tiny-llama", PROV),
-        "config.prefix_caching": Fact(False, PROV), "config.chunked_prefill": Fact(False, PROV),
-        "config.paged_kv": Fact(True, PROV), "config.continuous_batching": Fact(True, PROV),
+        "config.prefix_caching": Fact(False, PROV),
+        "config.chunked_prefill": Fact(False, PROV),
+        "config.paged_kv": Fact(True, PROV),
+        "config.continuous_batching": Fact(True, PROV),
         "memory.device_total_bytes": Measurement(80 * GIB, "bytes", Provenance("nvml", "GPU0 NVIDIA H100 80GB HBM3")),
         "memory.device_used_bytes": _m(72 * GIB, "bytes"),
-        "memory.weights_bytes": _m(16 * GIB, "bytes"), "memory.kv_cache_bytes": _m(52 * GIB, "bytes"),
-        "memory.weights_fraction": _m(0.2, "fraction"), "memory.device_free_fraction": _m(0.1, "fraction"),
-        "kv.capacity_tokens": _m(400_000, "tokens"), "kv.usage_p95": _sampled([rng.uniform(0.5, 0.8) for _ in range(60)], "fraction"),
+        "memory.weights_bytes": _m(16 * GIB, "bytes"),
+        "memory.kv_cache_bytes": _m(52 * GIB, "bytes"),
+        "memory.weights_fraction": _m(0.2, "fraction"),
+        "memory.device_free_fraction": _m(0.1, "fraction"),
+        "kv.capacity_tokens": _m(400_000, "tokens"),
+        "kv.usage_p95": _sampled([rng.uniform(0.5, 0.8) for _ in range(60)], "fraction"),
         "queue.waiting_mean": _m(0.2, "count"),
-        "prefix.potential_fraction": _m(0.62, "fraction"), "prefix.lru_fraction_at_capacity": _m(0.48, "fraction"),
+        "prefix.potential_fraction": _m(0.62, "fraction"),
+        "prefix.lru_fraction_at_capacity": _m(0.48, "fraction"),
         "prefix.hit_rate": _m(0.0, "fraction"),
-        "outputs.length_p50": _sampled(lengths, "tokens"), "outputs.length_cv": _m(0.95, "ratio"),
+        "outputs.length_p50": _sampled(lengths, "tokens"),
+        "outputs.length_cv": _m(0.95, "ratio"),
         "load.concurrency_mean": _m(6.0, "count"),
         "decode.itl_p50_s": _sampled([rng.gauss(0.03, 0.004) for _ in range(200)], "s"),
         "latency.ttft_p50_s": _sampled([rng.gauss(0.2, 0.02) for _ in range(200)], "s"),
@@ -60,9 +68,15 @@ def rich_evidence(seed: int = 7) -> Evidence:
         floor = 0.008 + 0.00002 * b
         items[f"decode.roofline_floor_b{b}_s"] = _m(floor, "s")
         items[f"decode.step_latency_b{b}_s"] = _sampled(
-            [floor * (1.3 + 0.004 * b) * rng.uniform(0.92, 1.1) for _ in range(30)], "s")
-    return Evidence(Target(url="http://127.0.0.1:8000", label="rich"), items,
-                    created_at="2026-12-02T00:01:00.000+00:00", tool="0.1.0", host="ci-runner")
+            [floor * (1.3 + 0.004 * b) * rng.uniform(0.92, 1.1) for _ in range(30)], "s"
+        )
+    return Evidence(
+        Target(url="http://127.0.0.1:8000", label="rich"),
+        items,
+        created_at="2026-12-02T00:01:00.000+00:00",
+        tool="0.1.0",
+        host="ci-runner",
+    )
 
 
 def hostile_evidence() -> Evidence:
@@ -73,8 +87,13 @@ def hostile_evidence() -> Evidence:
     items["prompts.example_text"] = Fact(FAKE_PROMPT, PROV)
     items["prompts.dynamic_prefix_fraction"] = _m(0.4, "fraction", note=f"varying lead: {FAKE_PROMPT}")
     items["kv.preemptions"] = NotMeasured(f"reason {XSS} | pipe", hint=f"hint `tick` {XSS}")
-    return Evidence(Target(url=f"http://127.0.0.1:8000/{XSS}", label=XSS), items,
-                    created_at=base.created_at, tool=base.tool, host=f"host{XSS}")
+    return Evidence(
+        Target(url=f"http://127.0.0.1:8000/{XSS}", label=XSS),
+        items,
+        created_at=base.created_at,
+        tool=base.tool,
+        host=f"host{XSS}",
+    )
 
 
 def write_requests(run_dir: Path, seed: int = 3, n: int = 40) -> None:
@@ -89,10 +108,23 @@ def write_requests(run_dir: Path, seed: int = 3, n: int = 40) -> None:
             for _ in range(rng.randint(10, 60)):
                 stalled = any(p <= t_send - t0 + times[-1] < p + 0.4 for p in prefills)
                 times.append(times[-1] + abs(rng.gauss(0.03, 0.003)) * (3.0 if stalled else 1.0))
-            out.write(RequestRecord(
-                request_id=f"r{i}", experiment="interference", phase="steady", tag="stream", endpoint="completions",
-                t_send=t_send, t_send_wall=1.7e9 + i, event_times=tuple(times), t_end=times[-1], http_status=200,
-                prompt_tokens=128, completion_tokens=len(times), finish_reason="length").to_dict())
+            out.write(
+                RequestRecord(
+                    request_id=f"r{i}",
+                    experiment="interference",
+                    phase="steady",
+                    tag="stream",
+                    endpoint="completions",
+                    t_send=t_send,
+                    t_send_wall=1.7e9 + i,
+                    event_times=tuple(times),
+                    t_end=times[-1],
+                    http_status=200,
+                    prompt_tokens=128,
+                    completion_tokens=len(times),
+                    finish_reason="length",
+                ).to_dict()
+            )
     with open(run_dir / REQUESTS_FILE, "a", encoding="utf-8") as fh:
         fh.write('{"request_id": "cut-short", "t_se')  # a run killed mid-write
     lines = [{"event": "prefill_injected", "t": t0 + p, "prompt_tokens": 1500} for p in prefills]
@@ -101,7 +133,7 @@ def write_requests(run_dir: Path, seed: int = 3, n: int = 40) -> None:
 
 def write_run(run_dir: Path, evidence: Evidence, *, with_requests: bool = True) -> Path:
     """A run folder as `llm-diagnose run` leaves it: evidence.json, diagnosis.json (+ requests)."""
-    from diagnose.tree import diagnose
+    from llm_diagnose.diagnose.tree import diagnose
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "evidence.json").write_text(evidence.to_json(), "utf-8")

@@ -23,15 +23,29 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from probes.discovery import discover
-from probes.experiments import run_experiments
-from probes.http import MAX_REDIRECTS, RedirectRefused, get_text, make_session, response_error_text, same_origin
-from probes.load import (
-    ActiveBudget, BudgetGuard, ClosedLoop, Driver, FaultKind, RequestSpec, StreamingClient, StreamTimeouts,
+from llm_diagnose.probes.discovery import discover
+from llm_diagnose.probes.experiments import run_experiments
+from llm_diagnose.probes.http import (
+    MAX_REDIRECTS,
+    RedirectRefused,
+    get_text,
+    make_session,
+    response_error_text,
+    same_origin,
 )
-from probes.load.workloads import Workload
-from probes.metrics.scraper import scrape_once
-from probes.results import Measurement
+from llm_diagnose.probes.load import (
+    ActiveBudget,
+    BudgetGuard,
+    ClosedLoop,
+    Driver,
+    FaultKind,
+    RequestSpec,
+    StreamingClient,
+    StreamTimeouts,
+)
+from llm_diagnose.probes.load.workloads import Workload
+from llm_diagnose.probes.metrics.scraper import scrape_once
+from llm_diagnose.probes.results import Measurement
 
 METRICS_PAGE = (Path(__file__).parent / "fixtures" / "metrics" / "vllm-0.10.2-v1.txt").read_text()
 
@@ -93,8 +107,10 @@ class ClosingServer:
             writer.close()  # read, never answered
             return
         body = _sse_body()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
-                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         try:
             await writer.drain()
         finally:
@@ -105,8 +121,9 @@ class ClosingServer:
         return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
 
 
-async def _drive(url: str, budget: ActiveBudget, specs: tuple[RequestSpec, ...], concurrency: int = 1
-                 ) -> tuple[Driver, StreamingClient]:
+async def _drive(
+    url: str, budget: ActiveBudget, specs: tuple[RequestSpec, ...], concurrency: int = 1
+) -> tuple[Driver, StreamingClient]:
     async with StreamingClient(url, "fake") as client:
         driver = Driver(client, BudgetGuard(budget))
         await driver.run(Workload("safety", specs, ClosedLoop(concurrency)))
@@ -154,19 +171,20 @@ def test_max_rps_holds_for_resends_measured_where_the_requests_arrive():
         srv, url = await server.start()
         try:
             # Four workers at once: without pacing, resends would bunch up behind the first tries.
-            return await _drive(url, ActiveBudget(max_requests=8, max_seconds=30, max_rps=2), _specs(20),
-                                concurrency=4)
+            return await _drive(url, ActiveBudget(max_requests=8, max_seconds=30, max_rps=2), _specs(20), concurrency=4)
         finally:
             srv.close()
 
     driver, client = run(go())
     assert len(server.arrivals) == client.attempts == 8 and client.resent_stale >= 1
-    assert _most_in_one_second(server.arrivals, ARRIVAL_WINDOW_S) <= 2, \
-        [round(t - server.arrivals[0], 3) for t in server.arrivals]
+    assert _most_in_one_second(server.arrivals, ARRIVAL_WINDOW_S) <= 2, [
+        round(t - server.arrivals[0], 3) for t in server.arrivals
+    ]
 
 
-async def _serve(routes: list[tuple[str, str, object]], host: str = "127.0.0.1", port: int = 0
-                 ) -> tuple[web.AppRunner, str, int]:
+async def _serve(
+    routes: list[tuple[str, str, object]], host: str = "127.0.0.1", port: int = 0
+) -> tuple[web.AppRunner, str, int]:
     app = web.Application()
     for method, path, handler in routes:
         app.router.add_route(method, path, handler)  # type: ignore[arg-type]
@@ -194,8 +212,9 @@ def test_the_resend_after_a_rejected_optional_field_counts_against_the_budget():
         posts.append(time.perf_counter())
         body = await request.json()
         if "ignore_eos" in body:
-            return web.json_response({"error": {"message": "Unexpected fields in the request: {'ignore_eos'}"}},
-                                     status=422)
+            return web.json_response(
+                {"error": {"message": "Unexpected fields in the request: {'ignore_eos'}"}}, status=422
+            )
         return await _stream(request)
 
     async def go():
@@ -304,10 +323,13 @@ def test_a_scrape_and_discovery_never_follow_a_redirect_off_the_target(host, wha
         assert "another origin" in str(error) and "not followed" in str(error) and "\n" not in str(error)
 
 
-@pytest.mark.parametrize("status, posts, completed, followed", [
-    (307, {"old": 3, "new": 2}, 2, 2),  # temporary: asked again every time, two POSTs a request
-    (308, {"old": 1, "new": 4}, 4, 1),  # permanent: remembered, later requests go straight there
-])
+@pytest.mark.parametrize(
+    "status, posts, completed, followed",
+    [
+        (307, {"old": 3, "new": 2}, 2, 2),  # temporary: asked again every time, two POSTs a request
+        (308, {"old": 1, "new": 4}, 4, 1),  # permanent: remembered, later requests go straight there
+    ],
+)
 def test_a_same_origin_redirect_is_followed_and_counted_in_the_budget(status, posts, completed, followed):
     # FAKE: a proxy that moved the API (a real engine serves its own paths directly).
     seen: dict[str, int] = {"old": 0, "new": 0}
@@ -442,8 +464,14 @@ def test_a_stall_shows_in_the_runs_fault_summary(tmp_path):
     async def go():
         runner, url, _ = await _serve([("POST", "/v1/completions", _stalling())])
         try:
-            return await run_experiments(url, "fake", ActiveBudget(12, 6), tmp_path, experiments=("decode",),
-                                         timeouts=StreamTimeouts(stall_s=0.5))
+            return await run_experiments(
+                url,
+                "fake",
+                ActiveBudget(12, 6),
+                tmp_path,
+                experiments=("decode",),
+                timeouts=StreamTimeouts(stall_s=0.5),
+            )
         finally:
             await runner.cleanup()
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.cli import main
-from diagnose.collect import RunPlan, evidence_from_scrapes, finish_run, window_restarts
-from diagnose.evidence import INVALID_PREFIX, Evidence, EvidenceError
-from probes.load.records import JsonlWriter
-from probes.metrics.window import Window
-from probes.results import Measurement, NotMeasured
-from probes.runfiles import UnsafePathError, open_append, write_atomic
-from probes.traces import TraceError, analyze_trace, readers
-from probes.traces.records import LineLog
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.collect import RunPlan, evidence_from_scrapes, finish_run, window_restarts
+from llm_diagnose.diagnose.tree.evidence import INVALID_PREFIX, Evidence, EvidenceError
+from llm_diagnose.probes.load.records import JsonlWriter
+from llm_diagnose.probes.metrics.window import Window
+from llm_diagnose.probes.results import Measurement, NotMeasured
+from llm_diagnose.probes.runfiles import UnsafePathError, open_append, write_atomic
+from llm_diagnose.probes.traces import TraceError, analyze_trace, readers
+from llm_diagnose.probes.traces.records import LineLog
 from tests.test_report_samples import rich_evidence, write_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -52,8 +52,18 @@ def scrape_file(run_dir: Path, pages: list[str], interval_s: float = 1.0) -> Pat
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "metrics.jsonl", "w", encoding="utf-8") as fh:
         for i, page in enumerate(pages):
-            fh.write(json.dumps({"t_wall": 1_780_000_000.0 + i * interval_s, "t_mono": 100.0 + i * interval_s,
-                                 "elapsed_s": 0.01, "url": "http://127.0.0.1:8000/metrics", "text": page}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "t_wall": 1_780_000_000.0 + i * interval_s,
+                        "t_mono": 100.0 + i * interval_s,
+                        "elapsed_s": 0.01,
+                        "url": "http://127.0.0.1:8000/metrics",
+                        "text": page,
+                    }
+                )
+                + "\n"
+            )
     return run_dir
 
 
@@ -103,8 +113,12 @@ def test_atomic_write_ignores_a_link_at_the_old_temporary_name_and_refuses_one_a
     with pytest.raises(UnsafePathError, match="symbolic link"):
         write_atomic(tmp_path / "summary.txt", "x")
     assert victim.read_text() == "precious\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["evidence.json", "evidence.json.tmp", "summary.txt",
-                                                          "victim.txt"]  # no temporary file left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "evidence.json",
+        "evidence.json.tmp",
+        "summary.txt",
+        "victim.txt",
+    ]  # no temporary file left behind
 
 
 def test_run_refuses_a_link_in_its_folder_before_touching_the_target(tmp_path, capsys):
@@ -131,16 +145,18 @@ def test_run_out_that_is_a_file_is_one_line_exit_2(tmp_path, capsys):
 def test_run_out_unwritable_is_one_line_exit_2(tmp_path, capsys):
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
-    code, _, err = run_cli(capsys, "run", "--url", "http://127.0.0.1:9", "--out", str(locked / "run"),
-                           "--duration", "1")
+    code, _, err = run_cli(
+        capsys, "run", "--url", "http://127.0.0.1:9", "--out", str(locked / "run"), "--duration", "1"
+    )
     assert code == 2 and "cannot create the folder" in one_error_line(err)
 
 
 def test_out_in_a_folder_that_is_a_file_is_one_line_exit_2(tmp_path, capsys):
     # (what an unwritable path looks like to root, too: the folder cannot exist)
     (tmp_path / "plain").write_text("x")
-    code, _, err = run_cli(capsys, "run", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "plain" / "run"),
-                           "--duration", "1")
+    code, _, err = run_cli(
+        capsys, "run", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "plain" / "run"), "--duration", "1"
+    )
     assert code == 2 and "cannot create the folder" in one_error_line(err)
     run = write_run(tmp_path / "r", rich_evidence(), with_requests=False)
     code, _, err = run_cli(capsys, "report", str(run), "--out", str(tmp_path / "plain" / "r.html"))
@@ -149,11 +165,14 @@ def test_out_in_a_folder_that_is_a_file_is_one_line_exit_2(tmp_path, capsys):
     assert code == 2 and "is a folder" in one_error_line(err)
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "--url", "http://127.0.0.1:9", "--out", ""],
-    ["report", "RUN", "--out", ""],
-    ["gate", "--baseline", "RUN", "--current", "RUN", "--junit", ""],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--url", "http://127.0.0.1:9", "--out", ""],
+        ["report", "RUN", "--out", ""],
+        ["gate", "--baseline", "RUN", "--current", "RUN", "--junit", ""],
+    ],
+)
 def test_an_empty_out_is_refused_not_the_current_folder(tmp_path, capsys, monkeypatch, argv):
     run = write_run(tmp_path / "r", rich_evidence(), with_requests=False)
     here = tmp_path / "cwd"
@@ -187,10 +206,15 @@ def _read(path: Path, fmt: str | None = None) -> tuple[list, LineLog]:
 
 def test_a_deeply_nested_line_is_skipped_and_counted(tmp_path):
     deep = "[" * 100_000 + "]" * 100_000
-    for fmt, good, bad in [("mooncake", MOONCAKE_LINE, '{"hash_ids": ' + deep + "}"),
-                           ("openai", '{"model": "m", "messages": [{"role": "user", "content": "hi"}]}',
-                            '{"model": "m", "messages": [{"role": "user", "content": ' + deep + "}]}"),
-                           ("prompts", '{"prompt": "hello"}', '{"prompt": ' + deep + "}")]:
+    for fmt, good, bad in [
+        ("mooncake", MOONCAKE_LINE, '{"hash_ids": ' + deep + "}"),
+        (
+            "openai",
+            '{"model": "m", "messages": [{"role": "user", "content": "hi"}]}',
+            '{"model": "m", "messages": [{"role": "user", "content": ' + deep + "}]}",
+        ),
+        ("prompts", '{"prompt": "hello"}', '{"prompt": ' + deep + "}"),
+    ]:
         path = tmp_path / f"{fmt}.jsonl"
         path.write_text(f"{bad}\n{good}\n{bad}\n{good}\n")
         records, log = _read(path)
@@ -224,17 +248,25 @@ def test_a_corrupt_or_mislabelled_gz_is_a_one_line_error(tmp_path, capsys):
 
 def test_multi_member_gz_reads_every_member(tmp_path):
     path = tmp_path / "two.jsonl.gz"
-    path.write_bytes(gzip.compress((MOONCAKE_LINE + "\n").encode() * 3) + gzip.compress((MOONCAKE_LINE + "\n").encode() * 4))
+    path.write_bytes(
+        gzip.compress((MOONCAKE_LINE + "\n").encode() * 3) + gzip.compress((MOONCAKE_LINE + "\n").encode() * 4)
+    )
     records, log = _read(path)
     assert len(records) == 7 and log.skipped == 0
 
 
-@pytest.mark.parametrize("name, body, fmt", [
-    ("bom.jsonl", MOONCAKE_LINE + "\n" + MOONCAKE_LINE + "\n", "mooncake"),
-    ("bom-prompts.jsonl", '{"prompt": "a"}\n{"prompt": "b"}\n', "prompts"),
-    ("bom.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
-                "2023-11-16 18:15:50.1,10,4\n", "azure"),
-])
+@pytest.mark.parametrize(
+    "name, body, fmt",
+    [
+        ("bom.jsonl", MOONCAKE_LINE + "\n" + MOONCAKE_LINE + "\n", "mooncake"),
+        ("bom-prompts.jsonl", '{"prompt": "a"}\n{"prompt": "b"}\n', "prompts"),
+        (
+            "bom.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.1,10,4\n",
+            "azure",
+        ),
+    ],
+)
 def test_a_byte_order_mark_is_read_past(tmp_path, name, body, fmt):
     path = tmp_path / name
     path.write_bytes(b"\xef\xbb\xbf" + body.encode())
@@ -246,9 +278,11 @@ def test_a_byte_order_mark_is_read_past(tmp_path, name, body, fmt):
 def test_an_overlong_line_is_skipped_without_holding_it(tmp_path, monkeypatch):
     monkeypatch.setattr(readers, "MAX_LINE_BYTES", 4096)
     long_ids = json.dumps({"timestamp": 1, "hash_ids": list(range(5000))})
-    for fmt, good, long_line in [("mooncake", MOONCAKE_LINE, long_ids),
-                                 ("prompts", '{"prompt": "a"}', json.dumps({"prompt": "x" * 50_000})),
-                                 ("azure", "2023-11-16 18:15:46.68,374,44", "2023-11-16 18:15:46.68,3" + "4" * 9000 + ",44")]:
+    for fmt, good, long_line in [
+        ("mooncake", MOONCAKE_LINE, long_ids),
+        ("prompts", '{"prompt": "a"}', json.dumps({"prompt": "x" * 50_000})),
+        ("azure", "2023-11-16 18:15:46.68,374,44", "2023-11-16 18:15:46.68,3" + "4" * 9000 + ",44"),
+    ]:
         path = tmp_path / f"{fmt}.txt"
         head = "TIMESTAMP,ContextTokens,GeneratedTokens\n" if fmt == "azure" else ""
         path.write_text(head + f"{good}\n{long_line}\n{good}\n{long_line}")  # the last without a newline
@@ -271,7 +305,7 @@ def test_a_100_mb_line_costs_no_more_than_a_few_chunks_of_memory(tmp_path):
         fh.write(MOONCAKE_LINE + "\n")
     script = textwrap.dedent(f"""
         import resource, sys
-        from probes.traces import analyze_trace
+        from llm_diagnose.probes.traces import analyze_trace
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         a = analyze_trace({str(path)!r}, fmt="auto")
         grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
@@ -291,7 +325,7 @@ def test_gate_and_report_read_past_a_non_utf8_byte(tmp_path, capsys):
     with open(cur / "requests.jsonl", "ab") as fh:
         fh.write(b'{"request_id": "x\xff\xfe", "t_send": 1.0}\n\xc3\x28 not json\n')
         fh.write(b'{"request_id": "deep", "t_send": 1.0, "gaps_s": ' + b"[" * 50_000 + b"]" * 50_000 + b"}\n")
-    (cur / "events.jsonl").write_bytes(b'{"event": ' + b"[" * 50_000 + b"]" * 50_000 + b'}\n\xff\n')
+    (cur / "events.jsonl").write_bytes(b'{"event": ' + b"[" * 50_000 + b"]" * 50_000 + b"}\n\xff\n")
     code, out, err = run_cli(capsys, "gate", "--baseline", str(base), "--current", str(cur))
     assert code in (0, 1) and "Traceback" not in err and out.startswith("llm-diagnose gate:")
     code, out, err = run_cli(capsys, "report", str(cur), "--format", "html")
@@ -317,31 +351,40 @@ def _evidence_text(**items) -> str:
     return json.dumps({"schema": "llm-diagnose/evidence", "version": 1, "items": items})
 
 
-@pytest.mark.parametrize("item, said", [
-    ({"kind": "measurement", "value": "0.99", "unit": "fraction", "provenance": PROV}, "a string ('0.99')"),
-    ({"kind": "measurement", "value": True, "unit": "fraction", "provenance": PROV}, "a boolean (true)"),
-    ({"kind": "measurement", "value": "NaN", "unit": "fraction", "provenance": PROV}, "a string ('NaN')"),
-    ({"kind": "measurement", "value": 0.5, "unit": "fraction", "provenance": PROV, "samples": [1, "2"]}, "'samples'"),
-    ({"kind": "measurement", "value": 0.5, "unit": 3, "provenance": PROV}, "'unit'"),
-    ({"kind": "measurement", "value": 0.5, "unit": "s", "provenance": {**PROV, "window_s": False}}, "window_s"),
-    ({"kind": "measurement", "value": 0.5, "unit": "s", "provenance": PROV, "summary": {"n": 1}}, "summary"),
-    ({"kind": "fact", "value": [[1]], "provenance": PROV}, "a list"),
-    ({"kind": "measurement", "value": [[[[0.9]]]], "unit": "fraction", "provenance": PROV}, "a list"),
-])
+@pytest.mark.parametrize(
+    "item, said",
+    [
+        ({"kind": "measurement", "value": "0.99", "unit": "fraction", "provenance": PROV}, "a string ('0.99')"),
+        ({"kind": "measurement", "value": True, "unit": "fraction", "provenance": PROV}, "a boolean (true)"),
+        ({"kind": "measurement", "value": "NaN", "unit": "fraction", "provenance": PROV}, "a string ('NaN')"),
+        (
+            {"kind": "measurement", "value": 0.5, "unit": "fraction", "provenance": PROV, "samples": [1, "2"]},
+            "'samples'",
+        ),
+        ({"kind": "measurement", "value": 0.5, "unit": 3, "provenance": PROV}, "'unit'"),
+        ({"kind": "measurement", "value": 0.5, "unit": "s", "provenance": {**PROV, "window_s": False}}, "window_s"),
+        ({"kind": "measurement", "value": 0.5, "unit": "s", "provenance": PROV, "summary": {"n": 1}}, "summary"),
+        ({"kind": "fact", "value": [[1]], "provenance": PROV}, "a list"),
+        ({"kind": "measurement", "value": [[[[0.9]]]], "unit": "fraction", "provenance": PROV}, "a list"),
+    ],
+)
 def test_a_value_of_the_wrong_type_becomes_a_hole_that_says_so(item, said):
-    ev = Evidence.from_json(_evidence_text(**{"kv.usage_p95": item, "engine.name": {
-        "kind": "fact", "value": "vllm", "provenance": PROV}}))
+    ev = Evidence.from_json(
+        _evidence_text(**{"kv.usage_p95": item, "engine.name": {"kind": "fact", "value": "vllm", "provenance": PROV}})
+    )
     hole = ev.items["kv.usage_p95"]
     assert isinstance(hole, NotMeasured) and hole.reason.startswith(INVALID_PREFIX) and said in hole.reason
     assert ev.fact("engine.name") == "vllm"  # the rest is read
 
 
 def test_numbers_beyond_a_float_are_holes_not_overflow():
-    text = ('{"schema": "llm-diagnose/evidence", "version": 1, "items": {'
-            '"kv.usage_p95": {"kind": "measurement", "value": 1' + "0" * 400 + ', "unit": "fraction", '
-            '"provenance": {"method": "m", "source": "s", "taken_at": "t"}}, '
-            '"engine.max_model_len": {"kind": "fact", "value": 9' + "9" * 399 + ', '
-            '"provenance": {"method": "m", "source": "s", "taken_at": "t"}}}}')
+    text = (
+        '{"schema": "llm-diagnose/evidence", "version": 1, "items": {'
+        '"kv.usage_p95": {"kind": "measurement", "value": 1' + "0" * 400 + ', "unit": "fraction", '
+        '"provenance": {"method": "m", "source": "s", "taken_at": "t"}}, '
+        '"engine.max_model_len": {"kind": "fact", "value": 9' + "9" * 399 + ", "
+        '"provenance": {"method": "m", "source": "s", "taken_at": "t"}}}}'
+    )
     ev = Evidence.from_json(text)
     for key in ("kv.usage_p95", "engine.max_model_len"):
         assert ev.items[key].reason.startswith(INVALID_PREFIX) and "beyond the range" in ev.items[key].reason
@@ -349,19 +392,27 @@ def test_numbers_beyond_a_float_are_holes_not_overflow():
 
 def test_negative_fractions_load_as_they_are_for_the_judgement_to_flag():
     # The loader checks types and structure; ranges are the diagnosis' sanity findings.
-    ev = Evidence.from_json(_evidence_text(**{"kv.usage_p95": {"kind": "measurement", "value": -0.5,
-                                                                "unit": "fraction", "provenance": PROV}}))
+    ev = Evidence.from_json(
+        _evidence_text(
+            **{"kv.usage_p95": {"kind": "measurement", "value": -0.5, "unit": "fraction", "provenance": PROV}}
+        )
+    )
     assert isinstance(ev.items["kv.usage_p95"], Measurement) and ev.items["kv.usage_p95"].value == -0.5
 
 
-@pytest.mark.parametrize("text, said", [
-    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-    ('{"schema": "llm-diagnose/evidence", "version": 1, "items": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
-     "nested too deeply"),
-    ('{"schema": "llm-diagnose/evidence", "version": 1, "items": {"x": 1' + "0" * 5000 + "}}", "not readable"),
-    ('{"schema": "llm-diagnose/evidence", "version": true, "items": {}}', "field 'version'"),
-    ('{"schema": "llm-diagnose/evidence", "version": 1, "items": {"x": {"kind": "fact"}}}', "missing the field"),
-])
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        (
+            '{"schema": "llm-diagnose/evidence", "version": 1, "items": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
+            "nested too deeply",
+        ),
+        ('{"schema": "llm-diagnose/evidence", "version": 1, "items": {"x": 1' + "0" * 5000 + "}}", "not readable"),
+        ('{"schema": "llm-diagnose/evidence", "version": true, "items": {}}', "field 'version'"),
+        ('{"schema": "llm-diagnose/evidence", "version": 1, "items": {"x": {"kind": "fact"}}}', "missing the field"),
+    ],
+)
 def test_unreadable_structure_is_refused_with_one_line(tmp_path, capsys, text, said):
     with pytest.raises(EvidenceError, match=said):
         Evidence.from_json(text)
@@ -373,9 +424,14 @@ def test_unreadable_structure_is_refused_with_one_line(tmp_path, capsys, text, s
 
 def test_decide_diagnoses_around_an_invalid_value(tmp_path, capsys):
     path = tmp_path / "evidence.json"
-    path.write_text(_evidence_text(**{
-        "kv.usage_p95": {"kind": "measurement", "value": "0.99", "unit": "fraction", "provenance": PROV},
-        "engine.name": {"kind": "fact", "value": "vllm", "provenance": PROV}}))
+    path.write_text(
+        _evidence_text(
+            **{
+                "kv.usage_p95": {"kind": "measurement", "value": "0.99", "unit": "fraction", "provenance": PROV},
+                "engine.name": {"kind": "fact", "value": "vllm", "provenance": PROV},
+            }
+        )
+    )
     code, out, err = run_cli(capsys, "decide", str(path), "--json")
     assert code == 0 and "Traceback" not in err
     assert json.loads(out)["schema"] == "llm-diagnose/diagnosis"
@@ -388,8 +444,11 @@ def test_a_restart_in_the_window_is_found_and_written_in_the_summary(tmp_path):
     restarted = Window.from_jsonl(scrape_file(tmp_path / "restarted", [PAGE_A, PAGE_B, PAGE_A, PAGE_B]))
     assert window_restarts(restarted) == (restarted.records[2].t_wall,)  # counters back down at page 3
     run = tmp_path / "restarted"
-    result = finish_run(RunPlan(url="http://127.0.0.1:8000", out_dir=run), dict(evidence_from_scrapes(run).items),
-                        restarts=window_restarts(restarted))
+    result = finish_run(
+        RunPlan(url="http://127.0.0.1:8000", out_dir=run),
+        dict(evidence_from_scrapes(run).items),
+        restarts=window_restarts(restarted),
+    )
     summary = (run / "summary.txt").read_text()
     assert summary.startswith("SERVER RESTARTED in the window (1 time(s)") and result.restarts
     finish_run(RunPlan(url="http://127.0.0.1:8000", out_dir=tmp_path / "steady"), {})
@@ -425,7 +484,7 @@ def test_a_folder_with_nothing_readable_is_one_line(tmp_path, capsys):
 
 def test_ctrl_c_during_run_offers_decide_on_the_folder(tmp_path, capsys, monkeypatch):
     # Ctrl-C stands in for the scrape loop being interrupted: run_target raises it as asyncio.run does.
-    from diagnose.commands import run as run_command
+    from llm_diagnose.diagnose.commands import run as run_command
 
     def interrupted(plan, **_):
         scrape_file(plan.out_dir, [PAGE_A, PAGE_B])
@@ -433,8 +492,9 @@ def test_ctrl_c_during_run_offers_decide_on_the_folder(tmp_path, capsys, monkeyp
 
     monkeypatch.setattr(run_command, "run_target", interrupted)
     out = tmp_path / "run"
-    code, _, err = run_cli(capsys, "run", "--url", "http://127.0.0.1:9", "--out", str(out), "--duration", "5",
-                           "--quiet")
+    code, _, err = run_cli(
+        capsys, "run", "--url", "http://127.0.0.1:9", "--out", str(out), "--duration", "5", "--quiet"
+    )
     assert code == 130 and f"llm-diagnose decide {out}" in err
     code, stdout, _ = run_cli(capsys, "decide", str(out))
     assert code == 0 and "Bottleneck" in stdout

@@ -16,9 +16,11 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "scenarios.md"
 
 # A known-wrong scenario states the right verdict and must still fail: strict xfail turns a fix
 # into a failure, so the marker is removed when the case is fixed.
-@pytest.mark.parametrize("scenario", [
-    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=s.known_wrong)) if s.known_wrong else s for s in ALL
-], ids=[s.id for s in ALL])
+@pytest.mark.parametrize(
+    "scenario",
+    [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=s.known_wrong)) if s.known_wrong else s for s in ALL],
+    ids=[s.id for s in ALL],
+)
 def test_scenario(scenario):
     wrong = check(scenario, scenario.run())
     assert not wrong, f"{scenario.id} ({scenario.source}): " + "; ".join(wrong)

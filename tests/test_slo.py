@@ -14,23 +14,29 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.cli import main
-from diagnose.diagnosis import Diagnosis
-from diagnose.evidence import Evidence
-from diagnose.questions import ASK
-from diagnose.report import console, html, markdown
-from diagnose.report import json as report_json
-from diagnose.slo import SLO, Objective, SLOError
-from diagnose.thresholds import Thresholds, ThresholdsError
-from diagnose.tree import diagnose
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.report import console, html, markdown
+from llm_diagnose.diagnose.report import content as report_content
+from llm_diagnose.diagnose.tree import diagnose
+from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
+from llm_diagnose.diagnose.tree.evidence import Evidence
+from llm_diagnose.diagnose.tree.questions import ASK
+from llm_diagnose.diagnose.tree.slo import SLO, Objective, SLOError
+from llm_diagnose.diagnose.tree.thresholds import Thresholds, ThresholdsError
 from tests.evidence_builders import build, sampled
 
 ROOT = Path(__file__).resolve().parents[1]
 TH = Thresholds()
 # Decode at 30 ms per token in the median, 90 ms at p99; prefills inflate ITL 2x; TTFT p99 3 s.
-EVIDENCE = {"decode.itl_p50_s": 0.030, "decode.itl_p99_s": 0.090, "latency.ttft_p99_s": 3.0,
-            "interference.itl_inflation": 2.0, "config.spec_decode": False, "config.chunked_prefill": False,
-            "engine.name": "vllm"}
+EVIDENCE = {
+    "decode.itl_p50_s": 0.030,
+    "decode.itl_p99_s": 0.090,
+    "latency.ttft_p99_s": 3.0,
+    "interference.itl_inflation": 2.0,
+    "config.spec_decode": False,
+    "config.chunked_prefill": False,
+    "engine.name": "vllm",
+}
 
 
 def slo(*flags: str, interactive: bool | None = None) -> SLO:
@@ -44,24 +50,30 @@ def run_cli(capsys, *argv):
 
 
 # --- reading objectives ------------------------------------------------------------------
-@pytest.mark.parametrize("text, metric, pct, limit", [
-    ("itl:p50:50ms", "itl", 50.0, 0.05),
-    ("TTFT:P99:2s", "ttft", 99.0, 2.0),
-    ("e2e:p99.9:1500ms", "e2e", 99.9, 1.5),
-    ("itl:p90:250us", "itl", 90.0, 250e-6),
-])
+@pytest.mark.parametrize(
+    "text, metric, pct, limit",
+    [
+        ("itl:p50:50ms", "itl", 50.0, 0.05),
+        ("TTFT:P99:2s", "ttft", 99.0, 2.0),
+        ("e2e:p99.9:1500ms", "e2e", 99.9, 1.5),
+        ("itl:p90:250us", "itl", 90.0, 250e-6),
+    ],
+)
 def test_flags_parse_to_objectives(text, metric, pct, limit):
     o = Objective.parse(text)
     assert (o.metric, o.percentile) == (metric, pct) and o.limit_s == pytest.approx(limit)
 
 
-@pytest.mark.parametrize("text, says", [
-    ("itl:p5O:1s", "METRIC:pNN:LIMIT"),  # a letter O for a zero
-    ("itl:p50:1", "METRIC:pNN:LIMIT"),  # no unit
-    ("tpot:p50:1s", "use one of ttft, itl, e2e"),
-    ("itl:p100:1s", "between p0 and p100"),
-    ("itl:p50:0s", "positive number of seconds"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("itl:p5O:1s", "METRIC:pNN:LIMIT"),  # a letter O for a zero
+        ("itl:p50:1", "METRIC:pNN:LIMIT"),  # no unit
+        ("tpot:p50:1s", "use one of ttft, itl, e2e"),
+        ("itl:p100:1s", "between p0 and p100"),
+        ("itl:p50:0s", "positive number of seconds"),
+    ],
+)
 def test_bad_flags_say_how_to_write_one(text, says):
     with pytest.raises(SLOError, match=says.replace("(", r"\(")):
         Objective.parse(text)
@@ -113,8 +125,12 @@ def test_a_loose_itl_objective_turns_q5_to_no_and_a_tight_one_to_yes_on_the_same
     tight_spec = tight.recommendation("speculative-decoding")
     assert tight_spec.status == "not-indicated" and "prefills stalling decode" in tight_spec.reason
     comparison = tight.answer("Q5").comparisons[0]
-    assert (comparison.threshold, comparison.evidence, comparison.limit, comparison.holds) == \
-        ("slo.itl_p99_s", "decode.itl_p99_s", 0.05, False)
+    assert (comparison.threshold, comparison.evidence, comparison.limit, comparison.holds) == (
+        "slo.itl_p99_s",
+        "decode.itl_p99_s",
+        0.05,
+        False,
+    )
     assert "ITL objective" in tight.answer("Q5").rationale
 
 
@@ -200,7 +216,7 @@ def test_every_report_shows_the_slo_and_each_objective():
     assert "**SLO:** 1 of 2 objective(s) broken" in md and "| itl p99 &lt;= 50 ms | 90.0 ms | broken |" in md
     page = html.render(d, ev)
     assert '<span class="badge broken">broken</span>' in page and '<span class="badge met">met</span>' in page
-    doc = json.loads(report_json.render(d, ev))
+    doc = json.loads(report_content.render(d, ev))
     assert [o["status"] for o in doc["slo"]["objectives"]] == ["broken", "met"]
     assert doc["diagnosis"]["slo"]["objectives"] == {"itl_p99_s": 0.05, "ttft_p99_s": 5.0}
     undeclared = console.render(diagnose(ev, TH), ev, verbose=False)
@@ -215,8 +231,9 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_a_toml_file_may_hold_thresholds_and_an_slo(tmp_path):
-    both = _write(tmp_path, "both.toml", '[thresholds.q5]\nmax_itl_p50_s = 0.01\n\n'
-                                         '[slo]\nitl_p99_s = 0.05\nttft_p99_s = 2.0\n')
+    both = _write(
+        tmp_path, "both.toml", "[thresholds.q5]\nmax_itl_p50_s = 0.01\n\n[slo]\nitl_p99_s = 0.05\nttft_p99_s = 2.0\n"
+    )
     th = Thresholds.from_toml(both)
     assert th.overridden == {"q5.max_itl_p50_s"} and th["q5.max_itl_p50_s"] == 0.01
     assert {o.key for o in SLO.from_toml(both).objectives} == {"itl_p99_s", "ttft_p99_s"}
@@ -260,19 +277,27 @@ def test_decide_offline_recommends_offline_batch_and_refuses_offline_with_object
 
 
 def test_a_bad_slo_flag_is_a_usage_error_with_the_fix_on_one_line(evidence_file):
-    proc = subprocess.run([sys.executable, "-m", "diagnose", "decide", str(evidence_file), "--slo", "itl:p5O:1s"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "llm_diagnose", "decide", str(evidence_file), "--slo", "itl:p5O:1s"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("llm-diagnose: error: cannot read SLO 'itl:p5O:1s'")
     assert "write METRIC:pNN:LIMIT, e.g. ttft:p99:2s" in lines[0]
 
 
-@pytest.mark.parametrize("table, says", [
-    ("[slo]\nitl_p50 = 0.05\n", "is not an objective: write e.g. ttft_p99_s = 2.0"),
-    ("[slo]\ninteractive = \"yes\"\n", "interactive must be true or false"),
-    ("[slo]\ninteractive = false\nitl_p50_s = 0.05\n", "cannot be offline"),
-])
+@pytest.mark.parametrize(
+    "table, says",
+    [
+        ("[slo]\nitl_p50 = 0.05\n", "is not an objective: write e.g. ttft_p99_s = 2.0"),
+        ('[slo]\ninteractive = "yes"\n', "interactive must be true or false"),
+        ("[slo]\ninteractive = false\nitl_p50_s = 0.05\n", "cannot be offline"),
+    ],
+)
 def test_a_bad_slo_table_is_a_usage_error(capsys, tmp_path, evidence_file, table, says):
     code, _, err = run_cli(capsys, "decide", evidence_file, "--thresholds", _write(tmp_path, "bad.toml", table))
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1
@@ -287,8 +312,11 @@ def test_report_and_gate_judge_runs_without_a_diagnosis_against_the_slo_given(ca
     assert code == 0, err
     assert json.loads(out)["slo"]["objectives"][0]["status"] == "broken" and "the SLO from command line" in err
     # a diagnosis.json is used as written, with the SLO it recorded; the note says the flag did not apply
-    _write(cur, "diagnosis.json", diagnose(Evidence.from_json((cur / "evidence.json").read_text()), TH,
-                                           slo=slo("itl:p99:200ms")).to_json())
+    _write(
+        cur,
+        "diagnosis.json",
+        diagnose(Evidence.from_json((cur / "evidence.json").read_text()), TH, slo=slo("itl:p99:200ms")).to_json(),
+    )
     code, out, err = run_cli(capsys, "report", cur, "--format", "json", "--slo", "itl:p99:50ms")
     assert json.loads(out)["slo"]["objectives"][0]["status"] == "met" and "applies only without a" in err
     code, out, err = run_cli(capsys, "gate", "--baseline", base, "--current", cur, "--slo", "itl:p99:50ms")
@@ -299,9 +327,31 @@ def test_report_and_gate_judge_runs_without_a_diagnosis_against_the_slo_given(ca
 @pytest.mark.real_engine
 def test_run_judges_an_objective_from_real_measured_gaps(vllm_server, tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["run", "--url", vllm_server.url, "--duration", "2", "--interval", "0.5", "--out", str(out),
-                 "--quiet", "--active", "--budget-requests", "12", "--budget-seconds", "12",
-                 "--experiments", "decode", "--slo", "itl:p99:10s", "--slo", "itl:p90:10s"])
+    code = main(
+        [
+            "run",
+            "--url",
+            vllm_server.url,
+            "--duration",
+            "2",
+            "--interval",
+            "0.5",
+            "--out",
+            str(out),
+            "--quiet",
+            "--active",
+            "--budget-requests",
+            "12",
+            "--budget-seconds",
+            "12",
+            "--experiments",
+            "decode",
+            "--slo",
+            "itl:p99:10s",
+            "--slo",
+            "itl:p90:10s",
+        ]
+    )
     _, stderr = capsys.readouterr()
     assert code == 0, stderr
     evidence = Evidence.from_json((out / "evidence.json").read_text())

@@ -19,10 +19,17 @@ from contextlib import contextmanager
 
 import pytest
 
-from probes.timing import (CpuTimer, CudaGraphTimer, EagerCudaTimer, TimerUnavailable, cuda_status, is_active,
-                           select_timer)
-from probes.timing.core import busy_wait
-from probes.timing.cuda_graph import MIN_REPLAY_S
+from llm_diagnose.probes.timing import (
+    CpuTimer,
+    CudaGraphTimer,
+    EagerCudaTimer,
+    TimerUnavailable,
+    cuda_status,
+    is_active,
+    select_timer,
+)
+from llm_diagnose.probes.timing.core import busy_wait
+from llm_diagnose.probes.timing.cuda_graph import MIN_REPLAY_S
 
 
 class FakeClock:
@@ -40,6 +47,7 @@ class FakeClock:
     def work(self, ns: int):
         def fn() -> None:
             self.t += ns
+
         return fn
 
 
@@ -99,7 +107,7 @@ def test_selection_on_cpu_says_why_cuda_was_not_taken() -> None:
 
 
 def test_importing_the_timing_core_needs_no_torch() -> None:
-    code = "import sys, probes.timing, probes.microbench.roofline; assert 'torch' not in sys.modules"
+    code = "import sys, llm_diagnose.probes.timing, llm_diagnose.probes.microbench.roofline; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -118,7 +126,8 @@ class SimulatedGpu:
         return "SimulatedGpu"
 
     def synchronize(self) -> None: ...
-    def new_stream(self): return object()
+    def new_stream(self):
+        return object()
 
     @contextmanager
     def stream(self, stream):
@@ -132,6 +141,7 @@ class SimulatedGpu:
 
             def record(self, stream=None) -> None:
                 self.t = gpu.now
+
         return Event()
 
     def elapsed_s(self, start, end) -> float:
@@ -157,6 +167,7 @@ class SimulatedGpu:
 
             def replay(self) -> None:
                 gpu.now += sum(self.work)
+
         return Graph()
 
     @contextmanager
@@ -199,5 +210,7 @@ def test_cuda_graph_timer_on_a_real_gpu() -> None:
     assert graph.provenance.method == "cuda-graph-replay"
     assert graph.value == pytest.approx(eager.value, rel=0.25)  # compute-bound: launch overhead hidden
     tiny = torch.zeros(1, device="cuda")
-    assert timer.measure(lambda: tiny.add_(1), budget_s=0.2).value < EagerCudaTimer().measure(
-        lambda: tiny.add_(1), budget_s=0.2).value  # launch-bound: the graph removes the host gap
+    assert (
+        timer.measure(lambda: tiny.add_(1), budget_s=0.2).value
+        < EagerCudaTimer().measure(lambda: tiny.add_(1), budget_s=0.2).value
+    )  # launch-bound: the graph removes the host gap

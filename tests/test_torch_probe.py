@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from probes import quantities as Q
-from probes.metrics.window import Window, record_from_text
-from probes.torch_probe import TorchProbe, classify_step
-from probes.torch_probe.evidence import evidence_from_window
-
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.metrics.window import Window, record_from_text
+from llm_diagnose.probes.torch_probe import TorchProbe, classify_step
+from llm_diagnose.probes.torch_probe.evidence import evidence_from_window
 
 USED, ALLOCATED = "llmd_torch:kv_used_token_steps_total", "llmd_torch:kv_allocated_token_steps_total"
 
@@ -66,7 +65,7 @@ def test_continuous_batching_paged_cache_is_accounted_per_step(model) -> None:
     from transformers import ContinuousBatchingConfig, GenerationConfig
     from transformers.generation.continuous_batching import continuous_api
 
-    from probes.torch_probe.autopatch import patch_continuous_batching
+    from llm_diagnose.probes.torch_probe.autopatch import patch_continuous_batching
 
     probe = TorchProbe(process_metrics=False)
     probe.instrument(model)
@@ -76,10 +75,13 @@ def test_continuous_batching_paged_cache_is_accounted_per_step(model) -> None:
         assert patch_continuous_batching(continuous_api, probe)
         manager = model.init_continuous_batching(
             generation_config=GenerationConfig(max_new_tokens=6, do_sample=False, eos_token_id=-1),
-            continuous_batching_config=ContinuousBatchingConfig(page_size=16, num_blocks=64))
+            continuous_batching_config=ContinuousBatchingConfig(page_size=16, num_blocks=64),
+        )
         manager.start()
-        ids = [manager.add_request([1, 5, 6, 7, 8, 9], max_new_tokens=4),
-               manager.add_request([1, 5, 6], max_new_tokens=20)]
+        ids = [
+            manager.add_request([1, 5, 6, 7, 8, 9], max_new_tokens=4),
+            manager.add_request([1, 5, 6], max_new_tokens=20),
+        ]
         for _ in ids:
             manager.get_result(timeout=60)
         manager.stop(block=True)
@@ -99,21 +101,27 @@ def test_launcher_starts_the_probe_and_instruments_from_pretrained(tiny_model_di
     child = (
         "import sys, torch, urllib.request\n"
         "from transformers import AutoModelForCausalLM\n"
-        "from probes.torch_probe import get_probe\n"
+        "from llm_diagnose.probes.torch_probe import get_probe\n"
         f"m = AutoModelForCausalLM.from_pretrained({str(tiny_model_dir)!r})\n"
         "m.generate(torch.tensor([[1, 5, 6]]), max_new_tokens=3, do_sample=False)\n"
         "host, port = get_probe().address\n"
         "print(urllib.request.urlopen(f'http://{host}:{port}/metrics').read().decode())\n"
     )
-    out = subprocess.run([sys.executable, "-m", "diagnose", "instrument", "--port", "0", "--",
-                          sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "llm_diagnose", "instrument", "--port", "0", "--", sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "llm-diagnose instrument: probe metrics on http://127.0.0.1:" in out.stderr
     assert 'engine="transformers"' in out.stdout and 'llmd_torch:forward_seconds_count{phase="decode"}' in out.stdout
 
 
 def test_instrument_cli_errors_are_one_line_usage_errors() -> None:
-    for argv, message in ((["instrument"], "no command to run"),
-                          (["instrument", "--", "no-such-command-xyz"], "command not found")):
-        out = subprocess.run([sys.executable, "-m", "diagnose", *argv], capture_output=True, text=True, timeout=60)
+    for argv, message in (
+        (["instrument"], "no command to run"),
+        (["instrument", "--", "no-such-command-xyz"], "command not found"),
+    ):
+        out = subprocess.run([sys.executable, "-m", "llm_diagnose", *argv], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and message in out.stderr

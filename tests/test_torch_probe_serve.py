@@ -31,16 +31,16 @@ from pathlib import Path
 
 import pytest
 
-from diagnose.demo.vllm_server import TransformersServer
-from diagnose.evidence import Evidence, Target
-from diagnose.thresholds import Thresholds
-from diagnose.tree import diagnose
-from probes import quantities as Q
-from probes.metrics.engines import Sel
-from probes.metrics.window import Window, record_from_text
-from probes.results import Measurement, Provenance
-from probes.torch_probe.evidence import evidence_from_window
-from probes.torch_probe.metrics import FORWARD_SECONDS
+from llm_diagnose.diagnose.demo.vllm_server import TransformersServer
+from llm_diagnose.diagnose.tree import diagnose
+from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.metrics.engines import Sel
+from llm_diagnose.probes.metrics.window import Window, record_from_text
+from llm_diagnose.probes.results import Measurement, Provenance
+from llm_diagnose.probes.torch_probe.evidence import evidence_from_window
+from llm_diagnose.probes.torch_probe.metrics import FORWARD_SECONDS
 
 pytestmark = pytest.mark.real_engine
 
@@ -65,8 +65,16 @@ class InstrumentedTransformersServer(TransformersServer):
         self.probe_port = probe_port
 
     def _program(self) -> list[str]:
-        return [sys.executable, "-m", "diagnose", "instrument", "--port", str(self.probe_port), "--",
-                *super()._program()]
+        return [
+            sys.executable,
+            "-m",
+            "llm_diagnose",
+            "instrument",
+            "--port",
+            str(self.probe_port),
+            "--",
+            *super()._program(),
+        ]
 
     @property
     def metrics_url(self) -> str:
@@ -80,13 +88,24 @@ def _free_port() -> int:
 
 
 def _complete(server: TransformersServer, max_tokens: int) -> float:
-    body = {"model": server.model_name, "prompt": PROMPT, "max_tokens": max_tokens, "stream": False,
-            # min_new_tokens: random weights may emit EOS at any step (the server rejects ignore_eos)
-            "generation_config": json.dumps({"max_new_tokens": max_tokens, "min_new_tokens": max_tokens,
-                                             "do_sample": False,
-                                             "cache_implementation": "static"})}
-    req = urllib.request.Request(server.url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {
+        "model": server.model_name,
+        "prompt": PROMPT,
+        "max_tokens": max_tokens,
+        "stream": False,
+        # min_new_tokens: random weights may emit EOS at any step (the server rejects ignore_eos)
+        "generation_config": json.dumps(
+            {
+                "max_new_tokens": max_tokens,
+                "min_new_tokens": max_tokens,
+                "do_sample": False,
+                "cache_implementation": "static",
+            }
+        ),
+    }
+    req = urllib.request.Request(
+        server.url + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     t0 = time.monotonic()
     with urllib.request.urlopen(req, timeout=120) as resp:
         assert resp.status == 200, resp.read()[:300]
@@ -130,19 +149,23 @@ def _drive(server: InstrumentedTransformersServer) -> tuple[Window, str, Measure
     text, last = _scrape(server)
     latency_ratio = statistics.median(beside) / statistics.median(alone)
     step_ratio = _mean_step_s(Window(server.metrics_url, (middle, last))) / _mean_step_s(
-        Window(server.metrics_url, (first, middle)))
+        Window(server.metrics_url, (first, middle))
+    )
     slowdown = Measurement(
-        latency_ratio / step_ratio, "ratio",
+        latency_ratio / step_ratio,
+        "ratio",
         Provenance(method="client-latency-over-probe-step-time", source=server.url),
         note=f"short ({SHORT} tokens) beside 3 long ({LONG}): {beside} s; alone: {alone} s; "
-             f"latency ratio {latency_ratio:.2f} / step-time ratio {step_ratio:.2f}")
+        f"latency ratio {latency_ratio:.2f} / step-time ratio {step_ratio:.2f}",
+    )
     return Window(server.metrics_url, (first, last)), text, slowdown
 
 
 def _run(tiny_model_dir: Path, tmp_path: Path, continuous: bool):
     extra = ("--cb-block-size", "16", "--cb-num-blocks", "512") if continuous else ()
-    server = InstrumentedTransformersServer(tiny_model_dir, tmp_path, continuous_batching=continuous,
-                                            extra_args=extra, probe_port=_free_port())
+    server = InstrumentedTransformersServer(
+        tiny_model_dir, tmp_path, continuous_batching=continuous, extra_args=extra, probe_port=_free_port()
+    )
     with server:
         window, page, slowdown = _drive(server)
         log = server.log_path.read_text(errors="replace")
@@ -162,9 +185,13 @@ def _answer(diagnosis, question: str):
 
 def _common_page_checks(page: str, log: str) -> None:
     assert "llm-diagnose instrument: probe metrics on http://127.0.0.1:" in log
-    for series in ('llmd_torch:forward_seconds_bucket{le="0.05",phase="decode"}',
-                   "llmd_torch:kv_allocated_token_steps_total", "llmd_torch:kv_used_token_steps_total",
-                   "llmd_torch:request_generation_tokens_count", 'engine="transformers"'):
+    for series in (
+        'llmd_torch:forward_seconds_bucket{le="0.05",phase="decode"}',
+        "llmd_torch:kv_allocated_token_steps_total",
+        "llmd_torch:kv_used_token_steps_total",
+        "llmd_torch:request_generation_tokens_count",
+        'engine="transformers"',
+    ):
         assert series in page, series
 
 

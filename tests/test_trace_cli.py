@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from diagnose.cli import main
-from diagnose.evidence import Evidence
-from probes.traces import synthetic
+from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.tree.evidence import Evidence
+from llm_diagnose.probes.traces import synthetic
 
 
 def _run(capsys, *argv):

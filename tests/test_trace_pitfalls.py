@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from probes.traces import analyze_trace, synthetic
-from probes.traces.pitfalls import classify_varying
+from llm_diagnose.probes.traces import analyze_trace, synthetic
+from llm_diagnose.probes.traces.pitfalls import classify_varying
 
 
 def _ids(a):
@@ -70,25 +70,30 @@ def test_unstable_serialization_counts_reordered_payloads(tmp_path):
 
 def test_stable_serialization_and_json_inside_prompts(tmp_path):
     stable = tmp_path / "stable.jsonl"
-    synthetic.shuffled_tool_chat(stable, n=30, shuffle_every=10 ** 9)
+    synthetic.shuffled_tool_chat(stable, n=30, shuffle_every=10**9)
     assert analyze_trace(stable).serialization.unstable_requests == 0
     embedded = tmp_path / "embedded.jsonl"
-    rows = [{"prompt": 'Schema: {"a": 1, "b": {"c": 2, "d": 3}} answer'},
-            {"prompt": 'Schema: {"b": {"d": 3, "c": 2}, "a": 1} answer'}]
+    rows = [
+        {"prompt": 'Schema: {"a": 1, "b": {"c": 2, "d": 3}} answer'},
+        {"prompt": 'Schema: {"b": {"d": 3, "c": 2}, "a": 1} answer'},
+    ]
     embedded.write_text("".join(json.dumps(r) + "\n" for r in rows))
     s = analyze_trace(embedded).serialization
     assert s.unstable_requests == 1 and s.locations == {"prompt": 1}
 
 
-@pytest.mark.parametrize("text, category", [
-    ("at 2024-05-01 10:11:12.5 UTC", "ISO timestamp"),
-    ("id 123e4567-e89b-12d3-a456-426614174000 ok", "uuid"),
-    ("user 48213 asks", "integer id"),
-    ("req-8f3a22 now", "prefixed id"),
-    ("sent 1714557601 here", "unix timestamp"),
-    ("hash 9f86d081884c7d65 end", "hex id"),
-    ("Dear Alice,", "text"),
-])
+@pytest.mark.parametrize(
+    "text, category",
+    [
+        ("at 2024-05-01 10:11:12.5 UTC", "ISO timestamp"),
+        ("id 123e4567-e89b-12d3-a456-426614174000 ok", "uuid"),
+        ("user 48213 asks", "integer id"),
+        ("req-8f3a22 now", "prefixed id"),
+        ("sent 1714557601 here", "unix timestamp"),
+        ("hash 9f86d081884c7d65 end", "hex id"),
+        ("Dear Alice,", "text"),
+    ],
+)
 def test_classify_varying(text, category):
     start = next(i for i, c in enumerate(text) if c.isdigit() or c == "A")
     assert classify_varying(text, start, start + 1)[0] == category

@@ -7,32 +7,46 @@ import random
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from probes.traces import analyze_trace, synthetic
-from probes.traces.hashing import Groups, chained_block_hashes
-from probes.traces.hashset import SortedRunSet
-from probes.traces.lru import LruBlockCache, count_earlier_greater
-from probes.traces.prefix import PrefixAnalyzer, leading_run
-from probes.traces.reference import reference_prefix_hits
-from probes.traces.seen import SeenHashes, SeenIds, first_positions
+from llm_diagnose.probes.traces import analyze_trace, synthetic
+from llm_diagnose.probes.traces.hashing import Groups, chained_block_hashes
+from llm_diagnose.probes.traces.hashset import SortedRunSet
+from llm_diagnose.probes.traces.lru import LruBlockCache, count_earlier_greater
+from llm_diagnose.probes.traces.prefix import PrefixAnalyzer, leading_run
+from llm_diagnose.probes.traces.reference import reference_prefix_hits
+from llm_diagnose.probes.traces.seen import SeenHashes, SeenIds, first_positions
 
 
-def _fast_hits(prompts, block_size, capacity_blocks, batch, chunk=None, dtype=np.uint32, hash_ids=False,
-               structure=True, analyzer=None):
-    an = analyzer or PrefixAnalyzer(block_size, None if capacity_blocks is None else capacity_blocks * block_size,
-                                    small_ids=hash_ids, reuse_structure=structure)
+def _fast_hits(
+    prompts,
+    block_size,
+    capacity_blocks,
+    batch,
+    chunk=None,
+    dtype=np.uint32,
+    hash_ids=False,
+    structure=True,
+    analyzer=None,
+):
+    an = analyzer or PrefixAnalyzer(
+        block_size,
+        None if capacity_blocks is None else capacity_blocks * block_size,
+        small_ids=hash_ids,
+        reuse_structure=structure,
+    )
     if chunk is not None and an._lru is not None:
         an._lru._chunk = max(1, min(chunk, an._lru.capacity))  # exercise chunk boundaries
     unlimited, lru = [], []
     for lo in range(0, len(prompts), batch):
-        part = prompts[lo:lo + batch]
+        part = prompts[lo : lo + batch]
         if hash_ids:
             counts = np.array([len(p) for p in part], dtype=np.int64)
             hashes = np.array([h for p in part for h in p], dtype=np.int64)  # (ids: int64, as the reader's)
         else:
             counts = np.array([len(p) // block_size for p in part])
-            toks = np.array([t for p, c in zip(part, counts) for t in p[:c * block_size]], dtype=dtype)
+            toks = np.array([t for p, c in zip(part, counts) for t in p[: c * block_size]], dtype=dtype)
             hashes = chained_block_hashes(toks, counts, block_size)
         r = an.add(hashes, counts, counts * block_size)
         unlimited += r.hit_blocks.tolist()
@@ -54,10 +68,15 @@ def _prompts(rng: random.Random, n: int, block_size: int, vocab: int = 6) -> lis
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10_000), block_size=st.sampled_from([1, 2, 4, 16]),
-       capacity=st.sampled_from([1, 2, 3, 7, 30, 500]), batch=st.sampled_from([1, 5, 64, 1000]),
-       chunk=st.sampled_from([1, 3, 50, None]), dtype=st.sampled_from([np.uint32, np.uint64]),
-       structure=st.booleans())
+@given(
+    seed=st.integers(0, 10_000),
+    block_size=st.sampled_from([1, 2, 4, 16]),
+    capacity=st.sampled_from([1, 2, 3, 7, 30, 500]),
+    batch=st.sampled_from([1, 5, 64, 1000]),
+    chunk=st.sampled_from([1, 3, 50, None]),
+    dtype=st.sampled_from([np.uint32, np.uint64]),
+    structure=st.booleans(),
+)
 def test_fast_path_matches_reference_request_by_request(seed, block_size, capacity, batch, chunk, dtype, structure):
     rng = random.Random(seed)
     prompts = _prompts(rng, rng.randrange(1, 120), block_size)
@@ -97,8 +116,13 @@ def _hash_id_prompts(rng: random.Random, ids: str) -> list[list[int]]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 10_000), capacity=st.sampled_from([None, 1, 4, 20, 200]), batch=st.sampled_from([1, 7, 500]),
-       ids=st.sampled_from(["dense", "huge", "negative", "wide"]), structure=st.booleans())
+@given(
+    seed=st.integers(0, 10_000),
+    capacity=st.sampled_from([None, 1, 4, 20, 200]),
+    batch=st.sampled_from([1, 7, 500]),
+    ids=st.sampled_from(["dense", "huge", "negative", "wide"]),
+    structure=st.booleans(),
+)
 def test_hash_id_input_matches_reference(seed, capacity, batch, ids, structure):
     rng = random.Random(seed)
     prompts = _hash_id_prompts(rng, ids)
@@ -115,7 +139,7 @@ def test_hash_id_edge_cases_match_reference():
         [[], [1, 2], [], [1, 2, 3], [1]],
         [[5, 5], [5, 5], [5]],  # an id repeated inside a prompt is no hit there
         [[0, 1], [0, 1], [0, 2]],  # id 0
-        [[2 ** 63 - 1, 2 ** 62], [2 ** 63 - 1]],  # beyond the dense table from the start
+        [[2**63 - 1, 2**62], [2**63 - 1]],  # beyond the dense table from the start
         [[-1, -2], [-1, -2, -3], [-1]],  # negative ids: hashed, bit for bit
     ]
     for prompts in cases:
@@ -152,8 +176,13 @@ def test_multi_turn_counts_agree_between_layouts():
 
 def test_first_positions_against_brute_force():
     rng = np.random.default_rng(2)
-    for codes in (np.arange(10, 30), rng.integers(0, 50, 300), rng.integers(0, 1 << 40, 300) * (rng.random(300) < 0.5),
-                  np.empty(0, dtype=np.int64), np.array([5])):
+    for codes in (
+        np.arange(10, 30),
+        rng.integers(0, 50, 300),
+        rng.integers(0, 1 << 40, 300) * (rng.random(300) < 0.5),
+        np.empty(0, dtype=np.int64),
+        np.array([5]),
+    ):
         codes = codes.astype(np.int64)
         positions = np.sort(rng.choice(10_000, len(codes), replace=False))
         first = {}
@@ -252,7 +281,9 @@ def test_multi_turn_history_is_counted(tmp_path):
     path.write_text("".join(f'{{"prompt_token_ids": {r}}}\n' for r in rows))
     p = analyze_trace(path).prefix_reuse
     assert p.continuation_requests_fraction == pytest.approx(4 / 5)
-    assert p.history_token_fraction == pytest.approx(sum(64 * t for t in range(5)) / sum(64 * (t + 1) for t in range(5)))
+    assert p.history_token_fraction == pytest.approx(
+        sum(64 * t for t in range(5)) / sum(64 * (t + 1) for t in range(5))
+    )
 
 
 def test_mooncake_unlimited_and_lru(tmp_path):
@@ -262,7 +293,7 @@ def test_mooncake_unlimited_and_lru(tmp_path):
     assert unlimited.content == "hash-ids" and unlimited.block_size == 512
     assert unlimited.prefix_reuse.token_fraction == pytest.approx(expected.prefix_token_fraction)
     small = analyze_trace(path, kv_capacity_tokens=512 * 10)
-    big = analyze_trace(path, kv_capacity_tokens=512 * 10 ** 6)
+    big = analyze_trace(path, kv_capacity_tokens=512 * 10**6)
     assert small.prefix_reuse.lru_token_fraction < big.prefix_reuse.lru_token_fraction
     assert big.prefix_reuse.lru_token_fraction == pytest.approx(expected.prefix_token_fraction)
     assert "kv-offload" in [f.id for f in small.findings]
@@ -270,14 +301,16 @@ def test_mooncake_unlimited_and_lru(tmp_path):
 
 
 def test_hashes_do_not_depend_on_the_token_dtype():
-    from probes.traces.hashing import anchored_window_hashes
+    from llm_diagnose.probes.traces.hashing import anchored_window_hashes
 
     rng = np.random.default_rng(5)
     tokens = rng.integers(0, 1 << 31, 16 * 40).astype(np.uint32)
     blocks = np.array([10, 30])
     for B in (16, 1):
         counts = blocks * (16 // B)
-        assert (chained_block_hashes(tokens, counts, B) == chained_block_hashes(tokens.astype(np.uint64), counts, B)).all()
+        assert (
+            chained_block_hashes(tokens, counts, B) == chained_block_hashes(tokens.astype(np.uint64), counts, B)
+        ).all()
     a = anchored_window_hashes(tokens, blocks * 16)
     b = anchored_window_hashes(tokens.astype(np.uint64), blocks * 16)
     assert all((x == y).all() for x, y in zip(a, b)) and len(a[0]) > 10

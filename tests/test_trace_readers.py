@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from probes.traces import (EmptyTraceError, TraceFormatError, TraceLineError, analyze_trace, detect_format)
-from probes.traces.readers import read_trace
-from probes.traces.records import LineLog
+from llm_diagnose.probes.traces import EmptyTraceError, TraceFormatError, TraceLineError, analyze_trace, detect_format
+from llm_diagnose.probes.traces.readers import read_trace
+from llm_diagnose.probes.traces.records import LineLog
 
 MOONCAKE = [
     {"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [0, 1, 2]},
@@ -40,8 +40,10 @@ def test_mooncake(tmp_path):
 
 def test_azure_csv_with_fractional_timestamps(tmp_path):
     path = tmp_path / "a.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                    "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n"
+    )
     assert detect_format(str(path)) == "azure"
     recs, _ = _read(path, "azure")
     assert recs[1].timestamp_s - recs[0].timestamp_s == pytest.approx(4.314579, abs=1e-6)
@@ -52,22 +54,38 @@ def test_azure_csv_with_fractional_timestamps(tmp_path):
 
 def test_burstgpt_csv(tmp_path):
     path = tmp_path / "b.csv"
-    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                    "5,ChatGPT,472,18,490,Conversation log\n45,GPT-4,1087,0,1087,API log\n")
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,472,18,490,Conversation log\n45,GPT-4,1087,0,1087,API log\n"
+    )
     assert detect_format(str(path)) == "burstgpt"
     recs, _ = _read(path, "burstgpt")
     assert [(r.timestamp_s, r.input_tokens, r.output_tokens) for r in recs] == [(5.0, 472, 18), (45.0, 1087, 0)]
 
 
 def test_openai_chat_and_completion_logs(tmp_path):
-    path = _jsonl(tmp_path / "o.jsonl", [
-        {"request": {"model": "m", "messages": [{"role": "system", "content": "be brief"},
-                                                {"role": "user", "content": "hi"}]},
-         "response": {"usage": {"prompt_tokens": 12, "completion_tokens": 3}},
-         "start_time": "2024-05-01T10:00:00Z", "end_time": "2024-05-01T10:00:02Z"},
-        {"model": "m", "prompt": "Once upon a time", "max_tokens": 5, "created": 1714557601,
-         "response": {"choices": [{"text": "there was a cat"}]}, "latency_ms": 500},
-    ])
+    path = _jsonl(
+        tmp_path / "o.jsonl",
+        [
+            {
+                "request": {
+                    "model": "m",
+                    "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+                },
+                "response": {"usage": {"prompt_tokens": 12, "completion_tokens": 3}},
+                "start_time": "2024-05-01T10:00:00Z",
+                "end_time": "2024-05-01T10:00:02Z",
+            },
+            {
+                "model": "m",
+                "prompt": "Once upon a time",
+                "max_tokens": 5,
+                "created": 1714557601,
+                "response": {"choices": [{"text": "there was a cat"}]},
+                "latency_ms": 500,
+            },
+        ],
+    )
     assert detect_format(str(path)) == "openai"
     recs, _ = _read(path, "openai")
     assert "be brief" in recs[0].text and recs[0].input_tokens == 12 and recs[0].output_tokens == 3
@@ -97,10 +115,18 @@ def test_gzip_is_read_as_a_stream(tmp_path):
 
 
 def test_corrupt_lines_are_skipped_counted_and_located(tmp_path):
-    path = _jsonl(tmp_path / "bad.jsonl", [
-        MOONCAKE[0], "{not json", "", MOONCAKE[1], '{"timestamp": 5, "input_length": 10}', "[1, 2]",
-        '{"timestamp": 9, "hash_ids": [1, -2]}',
-    ])
+    path = _jsonl(
+        tmp_path / "bad.jsonl",
+        [
+            MOONCAKE[0],
+            "{not json",
+            "",
+            MOONCAKE[1],
+            '{"timestamp": 5, "input_length": 10}',
+            "[1, 2]",
+            '{"timestamp": 9, "hash_ids": [1, -2]}',
+        ],
+    )
     a = analyze_trace(path, fmt="mooncake")
     assert a.requests == 2 and a.read.skipped == 4
     lines = [n for n, _ in a.read.first_errors]
@@ -134,8 +160,10 @@ def test_csv_missing_column_names_it(tmp_path):
 
 def test_csv_bad_rows_have_line_numbers(tmp_path):
     path = tmp_path / "a.csv"
-    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                    "1,m,10,5,15,x\n2,m,ten,5,15,x\n3,m,10\n4,m,10,5,15,x\n")
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "1,m,10,5,15,x\n2,m,ten,5,15,x\n3,m,10\n4,m,10,5,15,x\n"
+    )
     a = analyze_trace(path)
     assert a.requests == 2 and [n for n, _ in a.read.first_errors] == [3, 4]
 
@@ -179,11 +207,16 @@ def test_tokenizer_directory_gives_exact_counts(tmp_path):
 
 
 def test_token_lists_parse_the_same_with_and_without_the_numpy_path(tmp_path):
-    from probes.traces.readers import _loads_with_token_list
+    from llm_diagnose.probes.traces.readers import _loads_with_token_list
 
-    for raw in (b'{"prompt_token_ids": [1, 2, 3], "timestamp": 2}', b'{"a": "x\\"tokens\\": [9]", "tokens": []}',
-                b'{"prompt": [5,6], "n": 1}', b'{"prompt": "text [1, 2]"}', b'{"input_ids": [1, 2.5]}',
-                b'{"request": {"prompt": [7, 8]}, "model": "m"}'):
+    for raw in (
+        b'{"prompt_token_ids": [1, 2, 3], "timestamp": 2}',
+        b'{"a": "x\\"tokens\\": [9]", "tokens": []}',
+        b'{"prompt": [5,6], "n": 1}',
+        b'{"prompt": "text [1, 2]"}',
+        b'{"input_ids": [1, 2.5]}',
+        b'{"request": {"prompt": [7, 8]}, "model": "m"}',
+    ):
         fast = _loads_with_token_list(raw)
         slow = json.loads(raw)
         assert {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in fast.items()} == slow
@@ -195,13 +228,16 @@ def test_token_lists_parse_the_same_with_and_without_the_numpy_path(tmp_path):
 FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "traces"
 
 
-@pytest.mark.parametrize("name, fmt, requests, content", [
-    ("mooncake_conversation.jsonl", "mooncake", 5, "hash-ids"),
-    ("azure_conv.csv", "azure", 5, "lengths only"),
-    ("burstgpt.csv", "burstgpt", 4, "lengths only"),
-    ("openai_gateway.jsonl", "openai", 3, "text"),
-    ("prompts_token_ids.jsonl", "prompts", 2, "token-ids"),
-])
+@pytest.mark.parametrize(
+    "name, fmt, requests, content",
+    [
+        ("mooncake_conversation.jsonl", "mooncake", 5, "hash-ids"),
+        ("azure_conv.csv", "azure", 5, "lengths only"),
+        ("burstgpt.csv", "burstgpt", 4, "lengths only"),
+        ("openai_gateway.jsonl", "openai", 3, "text"),
+        ("prompts_token_ids.jsonl", "prompts", 2, "token-ids"),
+    ],
+)
 def test_checked_in_samples_of_each_format(name, fmt, requests, content):
     a = analyze_trace(FIXTURES / name)
     assert (a.format, a.requests, a.content, a.read.skipped) == (fmt, requests, content, 0)
@@ -217,8 +253,8 @@ def test_mooncake_sample_reuse_by_hand():
 
 
 def test_records_built_directly_equal_the_named_constructor():
-    from probes.traces.readers import _parse_mooncake
-    from probes.traces.records import TraceRequest
+    from llm_diagnose.probes.traces.readers import _parse_mooncake
+    from llm_diagnose.probes.traces.records import TraceRequest
 
     r = _parse_mooncake({"timestamp": 1500, "input_length": 600, "output_length": 7, "hash_ids": [3, 4]}, 9)
     assert r == TraceRequest(line=9, timestamp_s=1.5, input_tokens=600, output_tokens=7, hash_ids=[3, 4])
@@ -228,10 +264,15 @@ def test_records_built_directly_equal_the_named_constructor():
 # --- the numpy reader of hash-id traces (numeric_lines) against json, line by line -----------------
 def _odd_mooncake_lines(rng, odd_share: float = 0.15) -> list[str]:
     """Mooncake lines in the canonical layout, with every kind of line that leaves it mixed in."""
+
     def line(i):
         ids = [rng.randrange(0, 40)] + list(range(1000 + 10 * i, 1000 + 10 * i + rng.randrange(0, 5)))
-        return {"timestamp": 27 * i, "input_length": 512 * len(ids) - rng.randrange(0, 600), "output_length": i % 9,
-                "hash_ids": ids}
+        return {
+            "timestamp": 27 * i,
+            "input_length": 512 * len(ids) - rng.randrange(0, 600),
+            "output_length": i % 9,
+            "hash_ids": ids,
+        }
 
     odd = [
         lambda i: json.dumps(line(i)).replace(": ", ":"),  # other spacing
@@ -239,8 +280,8 @@ def _odd_mooncake_lines(rng, odd_share: float = 0.15) -> list[str]:
         lambda i: json.dumps({**line(i), "timestamp": 27.5 * i}),  # a float
         lambda i: json.dumps({**line(i), "hash_ids": [1, -2]}),  # a negative id (skipped)
         lambda i: json.dumps(line(i)).replace("[", "[007, "),  # a leading zero: not JSON (skipped)
-        lambda i: json.dumps({**line(i), "hash_ids": [10 ** 16 - 1, 10 ** 15 + 7, 12345678, 123456789]}),  # 16 digits
-        lambda i: json.dumps({**line(i), "hash_ids": [10 ** 17 + 3, 4]}),  # 18 digits: json's to read
+        lambda i: json.dumps({**line(i), "hash_ids": [10**16 - 1, 10**15 + 7, 12345678, 123456789]}),  # 16 digits
+        lambda i: json.dumps({**line(i), "hash_ids": [10**17 + 3, 4]}),  # 18 digits: json's to read
         lambda i: json.dumps({**line(i), "hash_ids": []}),  # an empty list
         lambda i: "",  # a blank line
         lambda i: json.dumps(line(i)) + "\r",  # a CR LF line end
@@ -262,7 +303,7 @@ def test_numpy_reader_of_hash_ids_reads_what_json_reads(tmp_path, seed, odd_shar
 
     import numpy as np
 
-    from probes.traces.readers import hash_id_records_batch, read_hash_id_batches
+    from llm_diagnose.probes.traces.readers import hash_id_records_batch, read_hash_id_batches
 
     rng = random.Random(seed)
     path = tmp_path / "m.jsonl"
@@ -284,7 +325,7 @@ def test_numpy_reader_of_hash_ids_reads_what_json_reads(tmp_path, seed, odd_shar
 def test_hash_id_analysis_is_the_same_through_json(tmp_path, monkeypatch):
     import random
 
-    from probes.traces import readers, synthetic
+    from llm_diagnose.probes.traces import readers, synthetic
 
     path = tmp_path / "m.jsonl"
     synthetic.mooncake_hash_ids(path, n=5000, groups=30, shared_blocks=3)
@@ -298,19 +339,27 @@ def test_hash_id_analysis_is_the_same_through_json(tmp_path, monkeypatch):
 
 
 def test_line_layout_takes_numbers_only():
-    from probes.traces.numeric_lines import LineLayout
+    from llm_diagnose.probes.traces.numeric_lines import LineLayout
 
     assert LineLayout.learn(b'{"timestamp": 1, "hash_ids": [1, 2]}') is not None
-    for raw in (b'{"timestamp": 1.5, "hash_ids": [1, 2]}', b'{"t": true, "hash_ids": [1, 2]}',
-                b'{"model": "m", "hash_ids": [1, 2]}', b'{"hash_ids": [[1], [2]]}', b'{"a": [1, 2], "b": [3, 4]}',
-                b'{"hash_ids": [1]}', b'[1, 2]', b'{"k2": 1, "hash_ids": [1, 2]}', b'{not json'):
+    for raw in (
+        b'{"timestamp": 1.5, "hash_ids": [1, 2]}',
+        b'{"t": true, "hash_ids": [1, 2]}',
+        b'{"model": "m", "hash_ids": [1, 2]}',
+        b'{"hash_ids": [[1], [2]]}',
+        b'{"a": [1, 2], "b": [3, 4]}',
+        b'{"hash_ids": [1]}',
+        b"[1, 2]",
+        b'{"k2": 1, "hash_ids": [1, 2]}',
+        b"{not json",
+    ):
         assert LineLayout.learn(raw) is None, raw
 
 
 def test_numeric_lines_values_of_every_length():
-    from probes.traces.numeric_lines import LineLayout, parse_lines
+    from llm_diagnose.probes.traces.numeric_lines import LineLayout, parse_lines
 
-    values = [0, 7, 10, 99, 12345678, 123456789, 10 ** 15, 10 ** 16 - 1] + [int("9" * k) for k in range(1, 17)]
+    values = [0, 7, 10, 99, 12345678, 123456789, 10**15, 10**16 - 1] + [int("9" * k) for k in range(1, 17)]
     rows = [{"n": v, "ids": [v, 1, v]} for v in values]
     text = "".join(json.dumps(r) + "\n" for r in rows).encode()
     parsed, bad = parse_lines(text, LineLayout.learn(text.split(b"\n")[0]))

@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from probes import quantities as Q
-from probes.results import Measurement, NotMeasured
-from probes.traces import analyze_trace, synthetic
-from probes.traces.arrivals import arrival_stats, timestamp_resolution
-from probes.results import Summary
-from probes.traces.lengths import LengthHistogram, length_stats
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.results import Measurement, NotMeasured, Summary
+from llm_diagnose.probes.traces import analyze_trace, synthetic
+from llm_diagnose.probes.traces.arrivals import arrival_stats, timestamp_resolution
+from llm_diagnose.probes.traces.lengths import LengthHistogram, length_stats
 
 
 def _hist(values):

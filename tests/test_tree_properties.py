@@ -7,33 +7,44 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diagnose.diagnosis import HEADLINE_KINDS, PITFALLS, QUESTIONS, TECHNIQUES, Diagnosis
-from diagnose.evidence import Evidence, Target
-from diagnose.tree import diagnose
-from probes.quantities import CATALOGUE
-from probes.results import Fact, Measurement, NotMeasured, Provenance
+from llm_diagnose.diagnose.tree import diagnose
+from llm_diagnose.diagnose.tree.diagnosis import HEADLINE_KINDS, PITFALLS, QUESTIONS, TECHNIQUES, Diagnosis
+from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+from llm_diagnose.probes.quantities import CATALOGUE
+from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Provenance
 
 KEYS = sorted(CATALOGUE)
 finite = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False, allow_infinity=False)
 text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
 provenance = st.builds(
-    Provenance, method=text, source=text, taken_at=st.just("2026-12-02T00:00:00.000+00:00"),
-    timer=st.none() | text, window_s=st.none() | st.floats(0, 1e6, allow_nan=False),
+    Provenance,
+    method=text,
+    source=text,
+    taken_at=st.just("2026-12-02T00:00:00.000+00:00"),
+    timer=st.none() | text,
+    window_s=st.none() | st.floats(0, 1e6, allow_nan=False),
 )
 measurement = st.builds(
-    Measurement, value=finite, unit=text, provenance=provenance,
-    samples=st.lists(finite, max_size=6).map(tuple), calls_per_sample=st.integers(1, 1000),
-    warnings=st.lists(text, max_size=2).map(tuple), note=text,
+    Measurement,
+    value=finite,
+    unit=text,
+    provenance=provenance,
+    samples=st.lists(finite, max_size=6).map(tuple),
+    calls_per_sample=st.integers(1, 1000),
+    warnings=st.lists(text, max_size=2).map(tuple),
+    note=text,
 )
-fact = st.builds(Fact, value=st.booleans() | text | st.integers(-10**9, 10**9) | finite, provenance=provenance)
+fact = st.builds(Fact, value=st.booleans() | text | st.integers(-(10**9), 10**9) | finite, provenance=provenance)
 not_measured = st.builds(NotMeasured, reason=text, hint=text, provenance=st.none() | provenance)
 result = st.one_of(measurement, fact, not_measured)
 evidence = st.builds(
     Evidence,
     target=st.builds(Target, url=st.none() | text, label=text),
     items=st.dictionaries(st.sampled_from(KEYS) | text, result, max_size=25),
-    created_at=st.just("2026-12-02T00:00:00.000+00:00"), tool=st.just("t"), host=st.just("h"),
+    created_at=st.just("2026-12-02T00:00:00.000+00:00"),
+    tool=st.just("t"),
+    host=st.just("h"),
 )
 
 
@@ -46,8 +57,10 @@ def test_tree_is_total(ev):
     assert sorted(r.technique for r in d.recommendations) == sorted(TECHNIQUES)
     assert sorted(p.pitfall for p in d.pitfalls) == sorted(PITFALLS)
     assert all(0.0 <= a.confidence <= 1.0 for a in d.answers)
-    assert all(r.status in ("recommended", "in-place", "on-unverified", "not-working", "not-indicated", "unknown")
-               for r in d.recommendations)
+    assert all(
+        r.status in ("recommended", "in-place", "on-unverified", "not-working", "not-indicated", "unknown")
+        for r in d.recommendations
+    )
     assert d.headline_kind in HEADLINE_KINDS
 
 
@@ -64,13 +77,16 @@ def test_headline_names_a_finding_of_its_own_kind(ev):
         assert status[d.headline_subject] == "recommended"
         assert "not-working" not in status.values() and not d.detected_pitfalls
     elif d.headline_kind == "verify":
-        assert status[d.headline_subject] == "on-unverified" and d.answer(
-            d.recommendation(d.headline_subject).question).answer == "yes"
+        assert (
+            status[d.headline_subject] == "on-unverified"
+            and d.answer(d.recommendation(d.headline_subject).question).answer == "yes"
+        )
     else:
         # Only a recommendation whose deciding answer is too doubtful (<= confidence.headline_min) may go unheadlined.
         least = dict(d.thresholds)["confidence.headline_min"]
         assert d.headline_subject == "" and all(
-            d.answer(r.question).confidence <= least for r in d.recommendations if r.status == "recommended")
+            d.answer(r.question).confidence <= least for r in d.recommendations if r.status == "recommended"
+        )
 
 
 @settings(max_examples=150, deadline=None)
@@ -110,11 +126,16 @@ def test_diagnosis_json_round_trips_exactly(ev):
 @given(st.floats(0, 1), st.floats(0, 1), st.integers(0, 50), st.floats(0, 20))
 def test_fuller_kv_cache_never_turns_an_overload_into_a_fit(low, high, preempted, waiting):
     low, high = sorted((low, high))
+
     def q1(usage):
         p = Provenance("t", "t")
-        items = {"kv.usage_p95": Measurement(usage, "fraction", p), "kv.preemptions": Measurement(preempted, "count", p),
-                 "queue.waiting_mean": Measurement(waiting, "count", p)}
+        items = {
+            "kv.usage_p95": Measurement(usage, "fraction", p),
+            "kv.preemptions": Measurement(preempted, "count", p),
+            "queue.waiting_mean": Measurement(waiting, "count", p),
+        }
         return diagnose(Evidence(Target(), items)).answer("Q1").verdict
+
     assert not (q1(low) == "overloaded" and q1(high) != "overloaded")
 
 
@@ -123,7 +144,19 @@ def test_fuller_kv_cache_never_turns_an_overload_into_a_fit(low, high, preempted
 def test_more_devices_never_turn_a_fit_into_a_misfit(weights, tp, pp):
     def q1(t):
         p = Provenance("t", "t")
-        return diagnose(Evidence(Target(), {"memory.weights_fraction": Measurement(weights, "fraction", p),
-                                            "config.tensor_parallel_size": Fact(t, p),
-                                            "config.pipeline_parallel_size": Fact(pp, p)})).answer("Q1").answer
+        return (
+            diagnose(
+                Evidence(
+                    Target(),
+                    {
+                        "memory.weights_fraction": Measurement(weights, "fraction", p),
+                        "config.tensor_parallel_size": Fact(t, p),
+                        "config.pipeline_parallel_size": Fact(pp, p),
+                    },
+                )
+            )
+            .answer("Q1")
+            .answer
+        )
+
     assert not (q1(tp) == "yes" and q1(tp + 1) == "no")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.questions import ASK
-from diagnose.thresholds import Thresholds
+from llm_diagnose.diagnose.tree.questions import ASK
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from tests.evidence_builders import build, sampled
 
 TH = Thresholds()
@@ -23,32 +23,84 @@ CASES = [
     ("Q1", {"kv.usage_p95": 0.7999, "kv.preemptions": 5}, "yes", "fits"),
     ("Q1", {"kv.usage_p95": 0.95, "kv.preemptions": 0, "queue.waiting_mean": 0.5}, "yes", "overloaded"),
     ("Q1", {"kv.usage_p95": 0.95, "kv.preemptions": 0, "queue.waiting_mean": 0.49}, "yes", "fits"),
-    ("Q1", {"memory.weights_fraction": 0.2, "kv.capacity_tokens": 400000, "inputs.length_p50": 1000,
-                        "outputs.length_p50": 200, "kv.usage_p95": 0.99, "queue.waiting_mean": 12}, "yes", "overloaded"),
+    (
+        "Q1",
+        {
+            "memory.weights_fraction": 0.2,
+            "kv.capacity_tokens": 400000,
+            "inputs.length_p50": 1000,
+            "outputs.length_p50": 200,
+            "kv.usage_p95": 0.99,
+            "queue.waiting_mean": 12,
+        },
+        "yes",
+        "overloaded",
+    ),
     # per-device weights: TP x PP divide the share of one device
     ("Q1", {"memory.weights_fraction": 1.6, "config.tensor_parallel_size": 2}, "yes", "fits"),
     ("Q1", {"memory.weights_fraction": 1.7, "config.tensor_parallel_size": 2}, "no", "tight"),
-    ("Q1", {"memory.weights_fraction": 3.0, "config.tensor_parallel_size": 2, "config.pipeline_parallel_size": 2},
-     "yes", "fits"),
+    (
+        "Q1",
+        {"memory.weights_fraction": 3.0, "config.tensor_parallel_size": 2, "config.pipeline_parallel_size": 2},
+        "yes",
+        "fits",
+    ),
     ("Q1", {"memory.weights_fraction": 1.6, "memory.device_count": 4}, "yes", "fits"),
     # the engine's memory share leaves too little for the KV cache
     ("Q1", {"memory.weights_fraction": 0.5, "config.gpu_memory_utilization": 0.5999}, "no", "tight"),
     ("Q1", {"memory.weights_fraction": 0.5, "config.gpu_memory_utilization": 0.61}, "yes", "fits"),
     # KV capacity in this workload's typical requests
-    ("Q1", {"memory.weights_fraction": 0.5, "kv.capacity_tokens": 7999, "inputs.length_p50": 1500,
-            "outputs.length_p50": 500}, "no", "kv-too-small"),
-    ("Q1", {"memory.weights_fraction": 0.5, "kv.capacity_tokens": 8000, "inputs.length_p50": 1500,
-            "outputs.length_p50": 500}, "yes", "fits"),
+    (
+        "Q1",
+        {
+            "memory.weights_fraction": 0.5,
+            "kv.capacity_tokens": 7999,
+            "inputs.length_p50": 1500,
+            "outputs.length_p50": 500,
+        },
+        "no",
+        "kv-too-small",
+    ),
+    (
+        "Q1",
+        {
+            "memory.weights_fraction": 0.5,
+            "kv.capacity_tokens": 8000,
+            "inputs.length_p50": 1500,
+            "outputs.length_p50": 500,
+        },
+        "yes",
+        "fits",
+    ),
     ("Q1", {"kv.max_concurrency": 2.5, "kv.usage_p95": 0.85}, "no", "kv-too-small"),
     # the engine's figure is at max_model_len, a lower bound: it decides only when the cache fills
     ("Q1", {"kv.max_concurrency": 2.5, "kv.usage_p95": 0.3}, "yes", "fits"),
     # ... and is turned into this workload's requests where max_model_len and the lengths are known
-    ("Q1", {"kv.max_concurrency": 1.3, "engine.max_model_len": 32768, "inputs.length_p50": 32600,
-            "outputs.length_p50": 1}, "no", "kv-too-small"),
-    ("Q1", {"kv.max_concurrency": 1.3, "engine.max_model_len": 131072, "inputs.length_p50": 1000,
-            "outputs.length_p50": 200, "kv.usage_p95": 0.95}, "yes", "fits"),
+    (
+        "Q1",
+        {"kv.max_concurrency": 1.3, "engine.max_model_len": 32768, "inputs.length_p50": 32600, "outputs.length_p50": 1},
+        "no",
+        "kv-too-small",
+    ),
+    (
+        "Q1",
+        {
+            "kv.max_concurrency": 1.3,
+            "engine.max_model_len": 131072,
+            "inputs.length_p50": 1000,
+            "outputs.length_p50": 200,
+            "kv.usage_p95": 0.95,
+        },
+        "yes",
+        "fits",
+    ),
     # a near-idle server fits, untested
-    ("Q1", {"memory.weights_fraction": 0.3, "load.concurrency_mean": 0.5, "queue.waiting_mean": 0.0}, "yes", "untested"),
+    (
+        "Q1",
+        {"memory.weights_fraction": 0.3, "load.concurrency_mean": 0.5, "queue.waiting_mean": 0.0},
+        "yes",
+        "untested",
+    ),
     ("Q1", {"memory.weights_fraction": 0.3, "load.concurrency_mean": 2.0, "queue.waiting_mean": 0.0}, "yes", "fits"),
     ("Q1", {"kv.usage_p95": 0.95}, "unknown", None),  # full, but was anyone turned away?
     ("Q1", {}, "unknown", None),
@@ -181,7 +233,8 @@ def test_idle_server_does_not_answer_whether_requests_overlap():
 
 
 def test_every_confidence_rule_is_named_and_sourced():
-    from diagnose.thresholds import DEFAULTS
+    from llm_diagnose.diagnose.tree.thresholds import DEFAULTS
+
     rules = [t for n, t in DEFAULTS.items() if n.startswith("confidence.")]
     assert len(rules) >= 10
     for t in rules:
@@ -199,7 +252,7 @@ def test_interference_interval_straddling_one_lowers_confidence():
 
 def test_threshold_override_moves_the_boundary(tmp_path):
     f = tmp_path / "t.toml"
-    f.write_text('[thresholds.q5]\nmax_itl_p50_s = 0.01\n')
+    f.write_text("[thresholds.q5]\nmax_itl_p50_s = 0.01\n")
     th = Thresholds.from_toml(f)
     assert ASK["Q5"](build({"decode.itl_p50_s": 0.02}), th).answer == "yes"
     assert ASK["Q5"](build({"decode.itl_p50_s": 0.02}), TH).answer == "no"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from diagnose.diagnosis import PITFALLS, TECHNIQUES
-from diagnose.pitfalls import check_all
-from diagnose.questions import ask_all
-from diagnose.thresholds import Thresholds
-from diagnose.tree import diagnose
+from llm_diagnose.diagnose.tree import diagnose
+from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, TECHNIQUES
+from llm_diagnose.diagnose.tree.pitfalls import check_all
+from llm_diagnose.diagnose.tree.questions import ask_all
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from tests.evidence_builders import build
 
 TH = Thresholds()
@@ -38,35 +38,75 @@ REC_CASES = [
     # Q2
     ({"prefix.potential_fraction": 0.6, "config.prefix_caching": False}, "prefix-caching", "recommended"),
     ({"prefix.potential_fraction": 0.6}, "prefix-caching", "recommended"),  # config not visible
-    ({"prefix.potential_fraction": 0.6, "config.prefix_caching": True, "prefix.hit_rate": 0.3},
-     "prefix-caching", "in-place"),  # 0.3 >= 0.5 * 0.6
-    ({"prefix.potential_fraction": 0.6, "config.prefix_caching": True, "prefix.hit_rate": 0.29},
-     "prefix-caching", "not-working"),
-    ({"config.prefix_caching": True, "prefix.hit_rate": 0.7, "prefix.queried_tokens": 1000},
-     "prefix-caching", "in-place"),
+    (
+        {"prefix.potential_fraction": 0.6, "config.prefix_caching": True, "prefix.hit_rate": 0.3},
+        "prefix-caching",
+        "in-place",
+    ),  # 0.3 >= 0.5 * 0.6
+    (
+        {"prefix.potential_fraction": 0.6, "config.prefix_caching": True, "prefix.hit_rate": 0.29},
+        "prefix-caching",
+        "not-working",
+    ),
+    (
+        {"config.prefix_caching": True, "prefix.hit_rate": 0.7, "prefix.queried_tokens": 1000},
+        "prefix-caching",
+        "in-place",
+    ),
     ({"prefix.potential_fraction": 0.02, "config.prefix_caching": True}, "prefix-caching", "in-place"),
     ({"prefix.potential_fraction": 0.02, "config.prefix_caching": False}, "prefix-caching", "not-indicated"),
-    ({"prefix.potential_fraction": 0.02, "prompts.dynamic_prefix_fraction": 0.7, "config.prefix_caching": False},
-     "prefix-caching", "recommended"),
-    ({"prefix.potential_fraction": 0.02, "prompts.dynamic_prefix_fraction": 0.7, "config.prefix_caching": True},
-     "prefix-caching", "not-working"),
+    (
+        {"prefix.potential_fraction": 0.02, "prompts.dynamic_prefix_fraction": 0.7, "config.prefix_caching": False},
+        "prefix-caching",
+        "recommended",
+    ),
+    (
+        {"prefix.potential_fraction": 0.02, "prompts.dynamic_prefix_fraction": 0.7, "config.prefix_caching": True},
+        "prefix-caching",
+        "not-working",
+    ),
     # Q3
-    ({"outputs.length_cv": 1.5, "load.concurrency_mean": 6, "config.continuous_batching": True},
-     "continuous-batching", "in-place"),
-    ({"outputs.length_cv": 1.5, "load.concurrency_mean": 6, "config.continuous_batching": False},
-     "continuous-batching", "recommended"),
-    ({"batching.short_request_slowdown": 4.0, "config.continuous_batching": True}, "continuous-batching", "not-working"),
-    ({"outputs.length_cv": 0.1, "load.concurrency_mean": 6, "config.continuous_batching": False},
-     "continuous-batching", "not-indicated"),
+    (
+        {"outputs.length_cv": 1.5, "load.concurrency_mean": 6, "config.continuous_batching": True},
+        "continuous-batching",
+        "in-place",
+    ),
+    (
+        {"outputs.length_cv": 1.5, "load.concurrency_mean": 6, "config.continuous_batching": False},
+        "continuous-batching",
+        "recommended",
+    ),
+    (
+        {"batching.short_request_slowdown": 4.0, "config.continuous_batching": True},
+        "continuous-batching",
+        "not-working",
+    ),
+    (
+        {"outputs.length_cv": 0.1, "load.concurrency_mean": 6, "config.continuous_batching": False},
+        "continuous-batching",
+        "not-indicated",
+    ),
     # Q4
     ({"kv.waste_fraction": 0.6, "config.paged_kv": False}, "paged-attention", "recommended"),
     ({"config.paged_kv": True}, "paged-attention", "in-place"),
     ({"kv.waste_fraction": 0.6, "config.paged_kv": True}, "paged-attention", "not-working"),
     # Q5
     ({"decode.itl_p50_s": 0.09, "config.spec_decode": False}, "speculative-decoding", "recommended"),
-    ({"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.acceptance_rate": 0.8}, "speculative-decoding", "in-place"),
-    ({"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.acceptance_rate": 0.2}, "speculative-decoding", "not-working"),
-    ({"decode.itl_p50_s": 0.01, "config.spec_decode": True, "spec.acceptance_rate": 0.2}, "speculative-decoding", "not-working"),
+    (
+        {"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.acceptance_rate": 0.8},
+        "speculative-decoding",
+        "in-place",
+    ),
+    (
+        {"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.acceptance_rate": 0.2},
+        "speculative-decoding",
+        "not-working",
+    ),
+    (
+        {"decode.itl_p50_s": 0.01, "config.spec_decode": True, "spec.acceptance_rate": 0.2},
+        "speculative-decoding",
+        "not-working",
+    ),
     ({"decode.itl_p50_s": 0.01, "config.spec_decode": False}, "speculative-decoding", "not-indicated"),
     # Q6
     ({"interference.itl_inflation": 2.5, "config.chunked_prefill": False}, "chunked-prefill", "recommended"),
@@ -74,62 +114,182 @@ REC_CASES = [
     # contention that survives chunking: tune the chunk first; disaggregate only at scale
     ({"interference.itl_inflation": 2.5, "config.chunked_prefill": True}, "chunked-prefill", "not-working"),
     ({"interference.itl_inflation": 2.5, "config.chunked_prefill": True}, "pd-disaggregation", "not-indicated"),
-    ({"interference.itl_inflation": 2.5, "config.chunked_prefill": True, "config.max_num_batched_tokens": 512},
-     "chunked-prefill", "in-place"),
-    ({"interference.itl_inflation": 2.5, "config.chunked_prefill": True, "memory.device_count": 16,
-      "inputs.length_p50": 8000, "outputs.length_p50": 200}, "pd-disaggregation", "recommended"),
-    ({"interference.itl_inflation": 2.5, "config.chunked_prefill": True, "memory.device_count": 2,
-      "inputs.length_p50": 8000, "outputs.length_p50": 200}, "pd-disaggregation", "not-indicated"),
-    ({"interference.itl_inflation": 2.5, "config.chunked_prefill": True, "memory.device_count": 16,
-      "inputs.length_p50": 800, "outputs.length_p50": 200}, "pd-disaggregation", "not-indicated"),
+    (
+        {"interference.itl_inflation": 2.5, "config.chunked_prefill": True, "config.max_num_batched_tokens": 512},
+        "chunked-prefill",
+        "in-place",
+    ),
+    (
+        {
+            "interference.itl_inflation": 2.5,
+            "config.chunked_prefill": True,
+            "memory.device_count": 16,
+            "inputs.length_p50": 8000,
+            "outputs.length_p50": 200,
+        },
+        "pd-disaggregation",
+        "recommended",
+    ),
+    (
+        {
+            "interference.itl_inflation": 2.5,
+            "config.chunked_prefill": True,
+            "memory.device_count": 2,
+            "inputs.length_p50": 8000,
+            "outputs.length_p50": 200,
+        },
+        "pd-disaggregation",
+        "not-indicated",
+    ),
+    (
+        {
+            "interference.itl_inflation": 2.5,
+            "config.chunked_prefill": True,
+            "memory.device_count": 16,
+            "inputs.length_p50": 800,
+            "outputs.length_p50": 200,
+        },
+        "pd-disaggregation",
+        "not-indicated",
+    ),
     # a passive correlation at low load drives nothing
-    ({"interference.prompt_itl_correlation": 0.9, "load.concurrency_mean": 0.3, "config.chunked_prefill": False},
-     "chunked-prefill", "unknown"),
+    (
+        {"interference.prompt_itl_correlation": 0.9, "load.concurrency_mean": 0.3, "config.chunked_prefill": False},
+        "chunked-prefill",
+        "unknown",
+    ),
     ({"interference.itl_inflation": 1.7, "config.chunked_prefill": True}, "pd-disaggregation", "not-indicated"),
-    ({"interference.itl_inflation": 1.7, "config.pd_disaggregation": True, "pd.kv_transfer_ttft_share": 0.4},
-     "pd-disaggregation", "not-working"),
-    ({"interference.itl_inflation": 1.1, "config.pd_disaggregation": True, "pd.kv_transfer_ttft_share": 0.1},
-     "pd-disaggregation", "in-place"),
+    (
+        {"interference.itl_inflation": 1.7, "config.pd_disaggregation": True, "pd.kv_transfer_ttft_share": 0.4},
+        "pd-disaggregation",
+        "not-working",
+    ),
+    (
+        {"interference.itl_inflation": 1.1, "config.pd_disaggregation": True, "pd.kv_transfer_ttft_share": 0.1},
+        "pd-disaggregation",
+        "in-place",
+    ),
     # KV offload
-    ({"prefix.potential_fraction": 0.8, "prefix.lru_fraction_at_capacity": 0.3, "config.kv_offload": False},
-     "kv-offload", "recommended"),
-    ({"prefix.potential_fraction": 0.8, "prefix.lru_fraction_at_capacity": 0.78, "config.kv_offload": True},
-     "kv-offload", "in-place"),
-    ({"prefix.potential_fraction": 0.6, "prefix.lru_fraction_at_capacity": 0.3, "config.kv_offload": True,
-      "prefix.hit_rate": 0.55}, "kv-offload", "in-place"),  # live hits near the potential: it works
-    ({"prefix.potential_fraction": 0.6, "prefix.lru_fraction_at_capacity": 0.3, "config.kv_offload": True,
-      "prefix.hit_rate": 0.2}, "kv-offload", "on-unverified"),  # the local counter misses the offload tier
-    ({"prefix.potential_fraction": 0.6, "prefix.lru_fraction_at_capacity": 0.3, "config.kv_offload": True},
-     "kv-offload", "on-unverified"),
+    (
+        {"prefix.potential_fraction": 0.8, "prefix.lru_fraction_at_capacity": 0.3, "config.kv_offload": False},
+        "kv-offload",
+        "recommended",
+    ),
+    (
+        {"prefix.potential_fraction": 0.8, "prefix.lru_fraction_at_capacity": 0.78, "config.kv_offload": True},
+        "kv-offload",
+        "in-place",
+    ),
+    (
+        {
+            "prefix.potential_fraction": 0.6,
+            "prefix.lru_fraction_at_capacity": 0.3,
+            "config.kv_offload": True,
+            "prefix.hit_rate": 0.55,
+        },
+        "kv-offload",
+        "in-place",
+    ),  # live hits near the potential: it works
+    (
+        {
+            "prefix.potential_fraction": 0.6,
+            "prefix.lru_fraction_at_capacity": 0.3,
+            "config.kv_offload": True,
+            "prefix.hit_rate": 0.2,
+        },
+        "kv-offload",
+        "on-unverified",
+    ),  # the local counter misses the offload tier
+    (
+        {"prefix.potential_fraction": 0.6, "prefix.lru_fraction_at_capacity": 0.3, "config.kv_offload": True},
+        "kv-offload",
+        "on-unverified",
+    ),
     # unknown stays unknown: on, but what would verify it was not measured
     ({"config.spec_decode": True}, "speculative-decoding", "on-unverified"),
     ({"config.pd_disaggregation": True}, "pd-disaggregation", "on-unverified"),
-    ({"config.prefix_caching": True, "prefix.hit_rate": 0.0, "prefix.queried_tokens": 1000},
-     "prefix-caching", "on-unverified"),
+    (
+        {"config.prefix_caching": True, "prefix.hit_rate": 0.0, "prefix.queried_tokens": 1000},
+        "prefix-caching",
+        "on-unverified",
+    ),
     ({"engine.name": "vllm", "engine.version": "0.11.0"}, "chunked-prefill", "on-unverified"),  # V1 default
-    ({"engine.name": "vllm", "engine.version": "0.11.0", "interference.itl_inflation": 1.1}, "chunked-prefill",
-     "in-place"),
+    (
+        {"engine.name": "vllm", "engine.version": "0.11.0", "interference.itl_inflation": 1.1},
+        "chunked-prefill",
+        "in-place",
+    ),
     ({"engine.name": "vllm", "engine.version": "0.6.3"}, "chunked-prefill", "unknown"),  # V0: no default
     # slow tokens: three causes, speculative decoding fixes one
-    ({"decode.itl_p50_s": 0.09, "batch.running_mean": 4, "config.spec_decode": False}, "speculative-decoding",
-     "recommended"),
-    ({"decode.itl_p50_s": 0.09, "batch.running_mean": 256, "config.spec_decode": False}, "speculative-decoding",
-     "not-indicated"),
+    (
+        {"decode.itl_p50_s": 0.09, "batch.running_mean": 4, "config.spec_decode": False},
+        "speculative-decoding",
+        "recommended",
+    ),
+    (
+        {"decode.itl_p50_s": 0.09, "batch.running_mean": 256, "config.spec_decode": False},
+        "speculative-decoding",
+        "not-indicated",
+    ),
     ({"decode.itl_p50_s": 0.09, "batch.running_mean": 256, "config.spec_decode": False}, "scale-out", "recommended"),
-    ({"decode.itl_p50_s": 0.09, "batch.running_mean": 16, "decode.bound_b16": "compute", "config.spec_decode": False},
-     "speculative-decoding", "not-indicated"),  # the measured roofline outranks the batch size
-    ({"decode.itl_p50_s": 0.09, "batch.running_mean": 200, "decode.bound_b256": "memory", "config.spec_decode": False},
-     "speculative-decoding", "recommended"),
-    ({"decode.itl_p50_s": 0.02, "decode.itl_p99_s": 0.5, "interference.itl_inflation": 3.0, "config.spec_decode": False},
-     "speculative-decoding", "not-indicated"),  # the tail is prefill stalls: Q6
-    ({"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.acceptance_rate": 0.8, "batch.running_mean": 300,
-      "config.num_speculative_tokens": 3, "decode.bound_b256": "compute"},
-     "speculative-decoding", "not-working"),  # compute-bound: verifying k+1 tokens per sequence costs k+1 steps
-    ({"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.acceptance_rate": 0.8, "batch.running_mean": 300,
-      "config.num_speculative_tokens": 3},
-     "speculative-decoding", "on-unverified"),  # compute-bound only by batch size: ITL with it off must settle it
-    ({"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.itl_speedup": 1.4, "spec.acceptance_rate": 0.2},
-     "speculative-decoding", "in-place"),  # measured on against off overrules the counters
+    (
+        {
+            "decode.itl_p50_s": 0.09,
+            "batch.running_mean": 16,
+            "decode.bound_b16": "compute",
+            "config.spec_decode": False,
+        },
+        "speculative-decoding",
+        "not-indicated",
+    ),  # the measured roofline outranks the batch size
+    (
+        {
+            "decode.itl_p50_s": 0.09,
+            "batch.running_mean": 200,
+            "decode.bound_b256": "memory",
+            "config.spec_decode": False,
+        },
+        "speculative-decoding",
+        "recommended",
+    ),
+    (
+        {
+            "decode.itl_p50_s": 0.02,
+            "decode.itl_p99_s": 0.5,
+            "interference.itl_inflation": 3.0,
+            "config.spec_decode": False,
+        },
+        "speculative-decoding",
+        "not-indicated",
+    ),  # the tail is prefill stalls: Q6
+    (
+        {
+            "decode.itl_p50_s": 0.09,
+            "config.spec_decode": True,
+            "spec.acceptance_rate": 0.8,
+            "batch.running_mean": 300,
+            "config.num_speculative_tokens": 3,
+            "decode.bound_b256": "compute",
+        },
+        "speculative-decoding",
+        "not-working",
+    ),  # compute-bound: verifying k+1 tokens per sequence costs k+1 steps
+    (
+        {
+            "decode.itl_p50_s": 0.09,
+            "config.spec_decode": True,
+            "spec.acceptance_rate": 0.8,
+            "batch.running_mean": 300,
+            "config.num_speculative_tokens": 3,
+        },
+        "speculative-decoding",
+        "on-unverified",
+    ),  # compute-bound only by batch size: ITL with it off must settle it
+    (
+        {"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.itl_speedup": 1.4, "spec.acceptance_rate": 0.2},
+        "speculative-decoding",
+        "in-place",
+    ),  # measured on against off overrules the counters
     # offline batch
     ({"workload.interactive": False}, "offline-batch", "recommended"),
     ({"workload.interactive": True}, "offline-batch", "not-indicated"),
@@ -153,8 +313,10 @@ def test_every_technique_gets_exactly_one_status():
 def test_recommendations_follow_the_tree_order():
     items = {
         "workload.interactive": False,  # OB
-        "interference.itl_inflation": 3.0, "config.chunked_prefill": False,  # Q6
-        "prefix.potential_fraction": 0.7, "config.prefix_caching": False,  # Q2
+        "interference.itl_inflation": 3.0,
+        "config.chunked_prefill": False,  # Q6
+        "prefix.potential_fraction": 0.7,
+        "config.prefix_caching": False,  # Q2
         **KV_BOUND,  # Q1
     }
     d = diagnose(build(items), TH)
@@ -181,14 +343,37 @@ def test_nothing_measured_is_said_as_such():
 HEADLINE_CASES = [
     ({**KV_BOUND, "config.spec_decode": True, "spec.acceptance_rate": 0.1}, "pitfall", "spec-decode-low-acceptance"),
     ({**KV_BOUND, "prefix.potential_fraction": 0.7, "config.prefix_caching": False}, "capacity", "scale-out"),
-    ({"kv.usage_p95": 0.3, "queue.waiting_mean": 4, "decode.itl_p50_s": 0.09, "batch.running_mean": 4,
-      "config.spec_decode": False}, "pitfall", "batch-not-growing"),
-    ({"interference.itl_inflation": 2.5, "config.chunked_prefill": True, "prefix.potential_fraction": 0.7,
-      "config.prefix_caching": False}, "fix", "chunked-prefill"),
-    ({"memory.weights_fraction": 1.5, "prefix.potential_fraction": 0.7, "config.prefix_caching": False},
-     "use", "parallelism"),
-    ({"decode.itl_p50_s": 0.01, "config.spec_decode": True, "spec.acceptance_rate": 0.2}, "pitfall",
-     "spec-decode-low-acceptance"),
+    (
+        {
+            "kv.usage_p95": 0.3,
+            "queue.waiting_mean": 4,
+            "decode.itl_p50_s": 0.09,
+            "batch.running_mean": 4,
+            "config.spec_decode": False,
+        },
+        "pitfall",
+        "batch-not-growing",
+    ),
+    (
+        {
+            "interference.itl_inflation": 2.5,
+            "config.chunked_prefill": True,
+            "prefix.potential_fraction": 0.7,
+            "config.prefix_caching": False,
+        },
+        "fix",
+        "chunked-prefill",
+    ),
+    (
+        {"memory.weights_fraction": 1.5, "prefix.potential_fraction": 0.7, "config.prefix_caching": False},
+        "use",
+        "parallelism",
+    ),
+    (
+        {"decode.itl_p50_s": 0.01, "config.spec_decode": True, "spec.acceptance_rate": 0.2},
+        "pitfall",
+        "spec-decode-low-acceptance",
+    ),
 ]
 
 
@@ -252,20 +437,57 @@ PITFALL_CASES = [
     ({"config.spec_decode": True, "spec.mean_acceptance_length": 1.4999}, "spec-decode-low-acceptance", True),
     ({"config.spec_decode": True, "spec.mean_acceptance_length": 1.5}, "spec-decode-low-acceptance", False),
     # judged by tokens per verify step against the drafts' cost, not by the per-token rate alone
-    ({"config.spec_decode": True, "config.spec_method": "ngram", "config.num_speculative_tokens": 8,
-      "spec.acceptance_rate": 0.19, "spec.mean_acceptance_length": 2.5}, "spec-decode-low-acceptance", False),
-    ({"config.spec_decode": True, "config.spec_method": "draft_model", "config.num_speculative_tokens": 5,
-      "spec.mean_acceptance_length": 1.6}, "spec-decode-low-acceptance", True),
-    ({"config.spec_decode": True, "config.spec_method": "eagle3", "config.num_speculative_tokens": 5,
-      "spec.mean_acceptance_length": 1.6}, "spec-decode-low-acceptance", False),
-    ({"config.spec_decode": True, "spec.acceptance_rate": 0.3, "spec.mean_acceptance_length": 2.2},
-     "spec-decode-low-acceptance", False),  # k = 1.2 / 0.3 = 4 drafts derived from the two counters
-    ({"config.spec_decode": True, "spec.itl_speedup": 0.9, "spec.acceptance_rate": 0.9}, "spec-decode-low-acceptance",
-     True),
-    ({"config.spec_decode": True, "spec.itl_speedup": 1.3, "spec.acceptance_rate": 0.1}, "spec-decode-low-acceptance",
-     False),
-    ({"config.spec_decode": True, "spec.acceptance_rate": "nan", "spec.mean_acceptance_length": 1.0},
-     "spec-decode-low-acceptance", None),  # nothing was drafted
+    (
+        {
+            "config.spec_decode": True,
+            "config.spec_method": "ngram",
+            "config.num_speculative_tokens": 8,
+            "spec.acceptance_rate": 0.19,
+            "spec.mean_acceptance_length": 2.5,
+        },
+        "spec-decode-low-acceptance",
+        False,
+    ),
+    (
+        {
+            "config.spec_decode": True,
+            "config.spec_method": "draft_model",
+            "config.num_speculative_tokens": 5,
+            "spec.mean_acceptance_length": 1.6,
+        },
+        "spec-decode-low-acceptance",
+        True,
+    ),
+    (
+        {
+            "config.spec_decode": True,
+            "config.spec_method": "eagle3",
+            "config.num_speculative_tokens": 5,
+            "spec.mean_acceptance_length": 1.6,
+        },
+        "spec-decode-low-acceptance",
+        False,
+    ),
+    (
+        {"config.spec_decode": True, "spec.acceptance_rate": 0.3, "spec.mean_acceptance_length": 2.2},
+        "spec-decode-low-acceptance",
+        False,
+    ),  # k = 1.2 / 0.3 = 4 drafts derived from the two counters
+    (
+        {"config.spec_decode": True, "spec.itl_speedup": 0.9, "spec.acceptance_rate": 0.9},
+        "spec-decode-low-acceptance",
+        True,
+    ),
+    (
+        {"config.spec_decode": True, "spec.itl_speedup": 1.3, "spec.acceptance_rate": 0.1},
+        "spec-decode-low-acceptance",
+        False,
+    ),
+    (
+        {"config.spec_decode": True, "spec.acceptance_rate": "nan", "spec.mean_acceptance_length": 1.0},
+        "spec-decode-low-acceptance",
+        None,
+    ),  # nothing was drafted
     ({"config.spec_decode": True}, "spec-decode-low-acceptance", None),
     ({"config.pd_disaggregation": False}, "disaggregation-overhead", False),
     ({"config.pd_disaggregation": True, "pd.kv_transfer_ttft_share": 0.30}, "disaggregation-overhead", True),
@@ -274,34 +496,58 @@ PITFALL_CASES = [
     ({"config.weight_quantization": "none"}, "weight-only-quantization", False),
     ({"config.weight_quantization": "fp8", **KV_BOUND}, "weight-only-quantization", False),
     # A cache filled by load (Q1 overloaded) is a capacity finding, not the quantization's failure.
-    ({"config.weight_quantization": "awq", "config.kv_cache_dtype": "auto", **KV_BOUND},
-     "weight-only-quantization", None),
-    ({"config.weight_quantization": "awq", "config.kv_cache_dtype": "auto", **KV_SMALL},
-     "weight-only-quantization", True),
-    ({"config.weight_quantization": "awq", "config.kv_cache_dtype": "fp8", **KV_BOUND, "batch.running_mean": 4},
-     "weight-only-quantization", False),
+    (
+        {"config.weight_quantization": "awq", "config.kv_cache_dtype": "auto", **KV_BOUND},
+        "weight-only-quantization",
+        None,
+    ),
+    (
+        {"config.weight_quantization": "awq", "config.kv_cache_dtype": "auto", **KV_SMALL},
+        "weight-only-quantization",
+        True,
+    ),
+    (
+        {"config.weight_quantization": "awq", "config.kv_cache_dtype": "fp8", **KV_BOUND, "batch.running_mean": 4},
+        "weight-only-quantization",
+        False,
+    ),
     ({"config.weight_quantization": "gptq", "batch.running_mean": 32}, "weight-only-quantization", True),
     ({"config.weight_quantization": "gptq", "batch.running_mean": 31.9}, "weight-only-quantization", False),
     ({"config.weight_quantization": "gptq"}, "weight-only-quantization", None),
     # recognised by scheme, not by name
-    ({"config.weight_quantization": "compressed-tensors W4A16", "batch.running_mean": 64}, "weight-only-quantization",
-     True),
-    ({"config.weight_quantization": "compressed-tensors W8A8-FP8", "batch.running_mean": 64},
-     "weight-only-quantization", False),
+    (
+        {"config.weight_quantization": "compressed-tensors W4A16", "batch.running_mean": 64},
+        "weight-only-quantization",
+        True,
+    ),
+    (
+        {"config.weight_quantization": "compressed-tensors W8A8-FP8", "batch.running_mean": 64},
+        "weight-only-quantization",
+        False,
+    ),
     ({"config.weight_quantization": "awq_marlin", "batch.running_mean": 64}, "weight-only-quantization", True),
     ({"config.weight_quantization": "bitsandbytes", "batch.running_mean": 64}, "weight-only-quantization", True),
-    ({"config.weight_quantization": "compressed-tensors", "batch.running_mean": 64}, "weight-only-quantization",
-     None),  # the scheme was not observed
-    ({"config.weight_quantization": "awq", "config.kv_cache_dtype": "nvfp4", **KV_BOUND, "batch.running_mean": 4},
-     "weight-only-quantization", False),  # FP4 KV counts as quantized
+    (
+        {"config.weight_quantization": "compressed-tensors", "batch.running_mean": 64},
+        "weight-only-quantization",
+        None,
+    ),  # the scheme was not observed
+    (
+        {"config.weight_quantization": "awq", "config.kv_cache_dtype": "nvfp4", **KV_BOUND, "batch.running_mean": 4},
+        "weight-only-quantization",
+        False,
+    ),  # FP4 KV counts as quantized
     ({}, "weight-only-quantization", None),
     ({"prefix.hit_rate_first_requests": 0.10}, "warm-cache-benchmark", True),
     ({"prefix.hit_rate_first_requests": 0.0999}, "warm-cache-benchmark", False),
     ({"prefix.hit_rate": 0.8, "prefix.potential_fraction": 0.6}, "warm-cache-benchmark", True),
     ({"prefix.hit_rate": 0.65, "prefix.potential_fraction": 0.6}, "warm-cache-benchmark", False),
     # a cold start with a hit rate above the potential is a counting error (sanity), not a warm cache
-    ({"prefix.hit_rate": 0.8, "prefix.potential_fraction": 0.0, "prefix.hit_rate_first_requests": 0.0},
-     "warm-cache-benchmark", False),
+    (
+        {"prefix.hit_rate": 0.8, "prefix.potential_fraction": 0.0, "prefix.hit_rate_first_requests": 0.0},
+        "warm-cache-benchmark",
+        False,
+    ),
     ({}, "warm-cache-benchmark", None),
 ]
 
@@ -321,19 +567,28 @@ def test_pitfall(items, pitfall, detected):
 
 
 def test_detected_pitfalls_reach_the_diagnosis():
-    d = diagnose(build({"prompts.unstable_serialization_fraction": 0.3, "config.spec_decode": True,
-                        "spec.acceptance_rate": 0.1}), TH)
+    d = diagnose(
+        build(
+            {"prompts.unstable_serialization_fraction": 0.3, "config.spec_decode": True, "spec.acceptance_rate": 0.1}
+        ),
+        TH,
+    )
     assert {p.pitfall for p in d.detected_pitfalls} == {"unstable-serialization", "spec-decode-low-acceptance"}
 
 
 def test_a_near_idle_live_window_is_nothing_measured_even_with_one_requests_itl():
     # One request in a live window: its ITL (from the engine's histogram) says how one request
     # went, not how the server serves; an active experiment's ITL would count.
-    from probes.results import Measurement, Provenance
+    from llm_diagnose.probes.results import Measurement, Provenance
+
     live = Provenance("prometheus-histogram-window", "vllm:inter_token_latency_seconds")
     gauge = Provenance("prometheus-gauge-samples", "vllm:num_requests_running")
-    items = {"memory.weights_fraction": 0.2, "load.concurrency_mean": Measurement(0.2, "count", gauge),
-             "queue.waiting_mean": Measurement(0.0, "count", gauge), "decode.itl_p50_s": Measurement(0.02, "s", live)}
+    items = {
+        "memory.weights_fraction": 0.2,
+        "load.concurrency_mean": Measurement(0.2, "count", gauge),
+        "queue.waiting_mean": Measurement(0.0, "count", gauge),
+        "decode.itl_p50_s": Measurement(0.02, "s", live),
+    }
     d = diagnose(build(items), TH)
     assert d.answer("Q1").verdict == "untested" and d.answer("Q5").answer == "no"
     assert d.headline_kind == "nothing-measured" and "near-idle" in d.bottleneck

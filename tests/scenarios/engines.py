@@ -7,11 +7,23 @@ as facts, so numeric settings go through `setting()` rather than becoming measur
 
 from __future__ import annotations
 
-from probes.results import Fact
+from llm_diagnose.probes.results import Fact
 from tests.evidence_builders import PROV
 
-__all__ = ["GIB", "A100_80GB", "H100_80GB", "H20_96GB", "B200_180GB", "L40_48GB", "RTX3090_24GB", "RTX4090_24GB",
-           "VLLM_V1", "SGLANG", "setting", "speculation"]
+__all__ = [
+    "GIB",
+    "A100_80GB",
+    "H100_80GB",
+    "H20_96GB",
+    "B200_180GB",
+    "L40_48GB",
+    "RTX3090_24GB",
+    "RTX4090_24GB",
+    "VLLM_V1",
+    "SGLANG",
+    "setting",
+    "speculation",
+]
 
 GIB = 1024**3
 A100_80GB = 80 * GIB

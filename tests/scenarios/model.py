@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
-from diagnose.diagnosis import Diagnosis
-from diagnose.evidence import Evidence
-from diagnose.slo import SLO
-from diagnose.tree import diagnose
+from llm_diagnose.diagnose.tree import diagnose
+from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
+from llm_diagnose.diagnose.tree.evidence import Evidence
+from llm_diagnose.diagnose.tree.slo import SLO
 from tests.evidence_builders import build
 
 __all__ = ["Scenario", "check"]
@@ -38,9 +38,17 @@ class Scenario:
 
     def expectations(self) -> int:
         """How many things the scenario checks (each status, answer, verdict, ... counts once)."""
-        return (len(self.statuses) + (self.headline is not None) + len(self.not_recommended) + len(self.answers)
-                + len(self.verdicts) + len(self.max_confidence) + len(self.pitfalls) + len(self.sanity_keys)
-                + len(self.not_flagged))
+        return (
+            len(self.statuses)
+            + (self.headline is not None)
+            + len(self.not_recommended)
+            + len(self.answers)
+            + len(self.verdicts)
+            + len(self.max_confidence)
+            + len(self.pitfalls)
+            + len(self.sanity_keys)
+            + len(self.not_flagged)
+        )
 
     def evidence_object(self) -> Evidence:
         return build(dict(self.evidence))

@@ -7,7 +7,7 @@ a single counter such as the per-token acceptance rate looks like on its own.
 
 from __future__ import annotations
 
-from probes.quantities import decode_bound_key
+from llm_diagnose.probes.quantities import decode_bound_key
 from tests.scenarios.engines import A100_80GB, SGLANG, VLLM_V1, setting, speculation
 from tests.scenarios.model import Scenario
 

@@ -10,7 +10,7 @@ wait means a scheduler limit caps the batch, and a full KV cache with a free seq
 
 from __future__ import annotations
 
-from probes.quantities import decode_bound_key
+from llm_diagnose.probes.quantities import decode_bound_key
 from tests.scenarios.engines import A100_80GB, B200_180GB, GIB, H100_80GB, SGLANG, VLLM_V1, setting
 from tests.scenarios.model import Scenario
 

@@ -10,8 +10,8 @@ Device memory comes from tests/scenarios/engines.py; where the source logs vLLM'
 
 from __future__ import annotations
 
-from tests.scenarios.engines import GIB, RTX3090_24GB, setting
 from tests.scenarios.engines import A100_80GB as A100_80
+from tests.scenarios.engines import GIB, RTX3090_24GB, setting
 from tests.scenarios.engines import H100_80GB as H100
 from tests.scenarios.engines import L40_48GB as L40
 from tests.scenarios.model import Scenario
@@ -30,22 +30,32 @@ SCENARIOS = [
             "is full because hundreds of requests run at once (GPU not named in the PR; an H100 80 GB assumed)."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "NousResearch/Hermes-3-Llama-3.1-8B",
+            "engine.name": "vllm",
+            "engine.model": "NousResearch/Hermes-3-Llama-3.1-8B",
             "engine.max_model_len": setting(131072),
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
             "config.gpu_memory_utilization": setting(0.9),
-            "memory.weights_bytes": 16.1e9, "memory.device_total_bytes": float(H100),
+            "memory.weights_bytes": 16.1e9,
+            "memory.device_total_bytes": float(H100),
             "memory.weights_fraction": 16.1e9 / H100,
             # ~54 GiB of KV at 128 KiB per token; the engine's own figure is per max_model_len (131072).
-            "kv.capacity_tokens": 445_000, "kv.max_concurrency": 3.4,
-            "inputs.length_p50": 1024, "outputs.length_p50": 1024,
-            "kv.usage_p95": 1.0, "kv.preemptions": 180, "queue.waiting_mean": 475,
-            "batch.running_mean": 260, "load.concurrency_mean": 735,
+            "kv.capacity_tokens": 445_000,
+            "kv.max_concurrency": 3.4,
+            "inputs.length_p50": 1024,
+            "outputs.length_p50": 1024,
+            "kv.usage_p95": 1.0,
+            "kv.preemptions": 180,
+            "queue.waiting_mean": 475,
+            "batch.running_mean": 260,
+            "load.concurrency_mean": 735,
             "throughput.generation_tokens_per_s": 7097.7,
         },
-        verdict=("The model fits with room to spare (weights ~19% of the GPU, the cache holds ~200 of these "
-                 "2k-token requests); the full cache and the queue are load: add replicas or cap admission "
-                 "(--max-num-seqs), fp8 KV is a capacity lever; quantizing the weights is not the fix."),
+        verdict=(
+            "The model fits with room to spare (weights ~19% of the GPU, the cache holds ~200 of these "
+            "2k-token requests); the full cache and the queue are load: add replicas or cap admission "
+            "(--max-num-seqs), fp8 KV is a capacity lever; quantizing the weights is not the fix."
+        ),
         verdicts={"Q1": "overloaded"},
         answers={"Q1": "yes"},
         statuses={"scale-out": "recommended"},
@@ -63,20 +73,31 @@ SCENARIOS = [
             "tokens the KV cache holds."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "meta-llama/Meta-Llama-3-70B-Instruct-FP8",
-            "config.tensor_parallel_size": setting(4), "config.pipeline_parallel_size": setting(1),
-            "memory.device_count": setting(4), "config.gpu_memory_utilization": setting(0.9),
-            "config.weight_quantization": "fp8", "config.kv_cache_dtype": "auto",
-            "memory.weights_bytes": 72e9, "memory.device_total_bytes": 4.0 * H100,
+            "engine.name": "vllm",
+            "engine.model": "meta-llama/Meta-Llama-3-70B-Instruct-FP8",
+            "config.tensor_parallel_size": setting(4),
+            "config.pipeline_parallel_size": setting(1),
+            "memory.device_count": setting(4),
+            "config.gpu_memory_utilization": setting(0.9),
+            "config.weight_quantization": "fp8",
+            "config.kv_cache_dtype": "auto",
+            "memory.weights_bytes": 72e9,
+            "memory.device_total_bytes": 4.0 * H100,
             "memory.weights_fraction": 72e9 / H100,  # all weights over ONE device: 0.84
             "kv.capacity_tokens": 680_000,  # ~56 GB per GPU x 4 at 320 KiB per token (bf16 KV, GQA 8)
-            "inputs.length_p50": 2000, "outputs.length_p50": 1000,
-            "kv.usage_p95": 0.15, "kv.preemptions": 0, "queue.waiting_mean": 0.0,
-            "batch.running_mean": 30, "load.concurrency_mean": 30,
+            "inputs.length_p50": 2000,
+            "outputs.length_p50": 1000,
+            "kv.usage_p95": 0.15,
+            "kv.preemptions": 0,
+            "queue.waiting_mean": 0.0,
+            "batch.running_mean": 30,
+            "load.concurrency_mean": 30,
             "throughput.generation_tokens_per_s": 950.0,
         },
-        verdict=("The weights are 84% of one GPU but split four ways (21% per GPU), and the cache holds ~225 "
-                 "of these 3k-token requests while 30 run: the model fits; nothing to quantize or split further."),
+        verdict=(
+            "The weights are 84% of one GPU but split four ways (21% per GPU), and the cache holds ~225 "
+            "of these 3k-token requests while 30 run: the model fits; nothing to quantize or split further."
+        ),
         verdicts={"Q1": "fits"},
         answers={"Q1": "yes"},
         not_recommended=("quantization", "parallelism", "scale-out"),
@@ -92,20 +113,30 @@ SCENARIOS = [
             "pipeline parallel size 2; add GPUs and nodes until there is enough memory to hold the model."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "meta-llama/Llama-3.1-405B-Instruct",
-            "config.tensor_parallel_size": setting(8), "config.pipeline_parallel_size": setting(2),
-            "memory.device_count": setting(16), "config.gpu_memory_utilization": setting(0.9),
+            "engine.name": "vllm",
+            "engine.model": "meta-llama/Llama-3.1-405B-Instruct",
+            "config.tensor_parallel_size": setting(8),
+            "config.pipeline_parallel_size": setting(2),
+            "memory.device_count": setting(16),
+            "config.gpu_memory_utilization": setting(0.9),
             "config.weight_quantization": "none",
-            "memory.weights_bytes": 812e9, "memory.device_total_bytes": 16.0 * H100,
+            "memory.weights_bytes": 812e9,
+            "memory.device_total_bytes": 16.0 * H100,
             "memory.weights_fraction": 812e9 / H100,  # 9.5: all weights over one GPU
             "kv.capacity_tokens": 700_000,  # ~23 GB per GPU x 16 at ~504 KiB per token
-            "inputs.length_p50": 1800, "outputs.length_p50": 600,
-            "kv.usage_p95": 0.32, "kv.preemptions": 0, "queue.waiting_mean": 0.1,
-            "batch.running_mean": 48, "load.concurrency_mean": 48,
+            "inputs.length_p50": 1800,
+            "outputs.length_p50": 600,
+            "kv.usage_p95": 0.32,
+            "kv.preemptions": 0,
+            "queue.waiting_mean": 0.1,
+            "batch.running_mean": 48,
+            "load.concurrency_mean": 48,
             "throughput.generation_tokens_per_s": 1400.0,
         },
-        verdict=("Split over 16 GPUs each holds 59% of the weights, and the cache keeps ~290 typical requests "
-                 "while 48 run: the model fits as deployed; 'does not fit one device' would be wrong."),
+        verdict=(
+            "Split over 16 GPUs each holds 59% of the weights, and the cache keeps ~290 typical requests "
+            "while 48 run: the model fits as deployed; 'does not fit one device' would be wrong."
+        ),
         verdicts={"Q1": "fits"},
         answers={"Q1": "yes"},
         not_recommended=("quantization", "parallelism"),
@@ -122,10 +153,13 @@ SCENARIOS = [
             "GPTQ version of ~40 GB on one GPU."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "meta-llama/Meta-Llama-3-70B-Instruct",
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
+            "engine.name": "vllm",
+            "engine.model": "meta-llama/Meta-Llama-3-70B-Instruct",
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
             "config.weight_quantization": "none",
-            "memory.weights_bytes": 141e9, "memory.device_total_bytes": float(A100_80),
+            "memory.weights_bytes": 141e9,
+            "memory.device_total_bytes": float(A100_80),
             "memory.weights_fraction": 141e9 / A100_80,  # 1.64
         },
         verdict="The weights alone are 1.6 GPUs: split them (TP=2 or more) or quantize to 4 bits to fit one GPU.",
@@ -145,17 +179,24 @@ SCENARIOS = [
             "'# GPU blocks: 1381', 'Maximum concurrency for 2048 tokens per request: 10.79x'."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8",
+            "engine.name": "vllm",
+            "engine.model": "neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8",
             "engine.max_model_len": setting(2048),
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
             "config.gpu_memory_utilization": setting(0.98),
-            "config.weight_quantization": "compressed-tensors", "config.kv_cache_dtype": "auto",
-            "memory.weights_bytes": 67.7229 * GIB, "memory.device_total_bytes": float(H100),
+            "config.weight_quantization": "compressed-tensors",
+            "config.kv_cache_dtype": "auto",
+            "memory.weights_bytes": 67.7229 * GIB,
+            "memory.device_total_bytes": float(H100),
             "memory.weights_fraction": 67.7229 * GIB / H100,  # 0.85
-            "kv.capacity_tokens": 1381 * 16, "kv.max_concurrency": 10.79,
+            "kv.capacity_tokens": 1381 * 16,
+            "kv.max_concurrency": 10.79,
         },
-        verdict=("Even at W8A8 the weights take 85% of the GPU and leave ~22k KV tokens (11 requests of "
-                 "2k): tight; quantize the KV cache (fp8) or spread over two GPUs for room."),
+        verdict=(
+            "Even at W8A8 the weights take 85% of the GPU and leave ~22k KV tokens (11 requests of "
+            "2k): tight; quantize the KV cache (fp8) or spread over two GPUs for room."
+        ),
         verdicts={"Q1": "tight"},
         answers={"Q1": "no"},
         not_recommended=("scale-out",),
@@ -172,20 +213,31 @@ SCENARIOS = [
             "refuses to start because one sequence no longer fits the KV cache."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "meta-llama/Llama-3.1-8B-Instruct",
+            "engine.name": "vllm",
+            "engine.model": "meta-llama/Llama-3.1-8B-Instruct",
             "engine.max_model_len": setting(20000),
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
-            "config.gpu_memory_utilization": setting(0.9), "config.kv_cache_dtype": "auto",
-            "memory.weights_bytes": 14.9888 * GIB, "memory.device_total_bytes": RTX3090_USABLE,
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
+            "config.gpu_memory_utilization": setting(0.9),
+            "config.kv_cache_dtype": "auto",
+            "memory.weights_bytes": 14.9888 * GIB,
+            "memory.device_total_bytes": RTX3090_USABLE,
             "memory.weights_fraction": 14.9888 / 23.58,
-            "kv.capacity_tokens": 1952 * 16, "kv.max_concurrency": 1.56,
-            "inputs.length_p50": 12000, "outputs.length_p50": 600,
-            "kv.usage_p95": 0.98, "kv.preemptions": 14, "queue.waiting_mean": 3.6,
-            "batch.running_mean": 2.4, "load.concurrency_mean": 6.0,
+            "kv.capacity_tokens": 1952 * 16,
+            "kv.max_concurrency": 1.56,
+            "inputs.length_p50": 12000,
+            "outputs.length_p50": 600,
+            "kv.usage_p95": 0.98,
+            "kv.preemptions": 14,
+            "queue.waiting_mean": 3.6,
+            "batch.running_mean": 2.4,
+            "load.concurrency_mean": 6.0,
             "throughput.generation_tokens_per_s": 95.0,
         },
-        verdict=("31k KV tokens hold only ~2.5 of these 12.6k-token requests: the KV cache is too small for "
-                 "this workload (fp8 KV doubles it; a larger GPU or TP=2 more), whatever the load."),
+        verdict=(
+            "31k KV tokens hold only ~2.5 of these 12.6k-token requests: the KV cache is too small for "
+            "this workload (fp8 KV doubles it; a larger GPU or TP=2 more), whatever the load."
+        ),
         verdicts={"Q1": "kv-too-small"},
         answers={"Q1": "no"},
         classes=("fit",),
@@ -200,21 +252,33 @@ SCENARIOS = [
             "usage to 100% and what decides the KV cache size."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "Qwen/QwQ-32B-FP8-Dynamic",
-            "engine.max_model_len": setting(32000), "config.max_num_seqs": setting(20),
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
+            "engine.name": "vllm",
+            "engine.model": "Qwen/QwQ-32B-FP8-Dynamic",
+            "engine.max_model_len": setting(32000),
+            "config.max_num_seqs": setting(20),
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
             "config.gpu_memory_utilization": setting(0.95),
-            "config.weight_quantization": "fp8", "config.kv_cache_dtype": "auto",
-            "memory.weights_bytes": 34e9, "memory.device_total_bytes": float(L40),
+            "config.weight_quantization": "fp8",
+            "config.kv_cache_dtype": "auto",
+            "memory.weights_bytes": 34e9,
+            "memory.device_total_bytes": float(L40),
             "memory.weights_fraction": 34e9 / L40,  # 0.70
-            "kv.capacity_tokens": 35_800, "kv.max_concurrency": 1.12,  # ~9.4 GB at 256 KiB per token
-            "inputs.length_p50": 400, "outputs.length_p50": 12000,
-            "kv.usage_p95": 1.0, "kv.preemptions": 9, "queue.waiting_mean": 8.0,
-            "batch.running_mean": 2.2, "load.concurrency_mean": 10.2,
+            "kv.capacity_tokens": 35_800,
+            "kv.max_concurrency": 1.12,  # ~9.4 GB at 256 KiB per token
+            "inputs.length_p50": 400,
+            "outputs.length_p50": 12000,
+            "kv.usage_p95": 1.0,
+            "kv.preemptions": 9,
+            "queue.waiting_mean": 8.0,
+            "batch.running_mean": 2.2,
+            "load.concurrency_mean": 10.2,
             "throughput.generation_tokens_per_s": 48.0,
         },
-        verdict=("Weights take 70% of the L40 and the rest holds ~36k tokens, under three 12k-token reasoning "
-                 "requests: the KV cache is too small for this workload (fp8 KV, a second GPU)."),
+        verdict=(
+            "Weights take 70% of the L40 and the rest holds ~36k tokens, under three 12k-token reasoning "
+            "requests: the KV cache is too small for this workload (fp8 KV, a second GPU)."
+        ),
         verdicts={"Q1": "kv-too-small"},
         answers={"Q1": "no"},
         pitfalls={"batch-not-growing": False},
@@ -231,19 +295,28 @@ SCENARIOS = [
             "GPU assumed)."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "meta-llama/Llama-2-7b-chat-hf",
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
-            "memory.weights_bytes": 13.5e9, "memory.device_total_bytes": float(RTX3090_24GB),
+            "engine.name": "vllm",
+            "engine.model": "meta-llama/Llama-2-7b-chat-hf",
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
+            "memory.weights_bytes": 13.5e9,
+            "memory.device_total_bytes": float(RTX3090_24GB),
             "memory.weights_fraction": 13.5e9 / RTX3090_24GB,
             "kv.capacity_tokens": 15_000,  # ~7.9 GB at 512 KiB per token (MHA, 32 heads)
-            "inputs.length_p50": 3500, "outputs.length_p50": 1500,
+            "inputs.length_p50": 3500,
+            "outputs.length_p50": 1500,
             # A gauge scraped every few seconds: the moments the cache ran out fall between scrapes.
-            "kv.usage_p95": 0.86, "kv.preemptions": 9, "queue.waiting_mean": 3.0,
-            "batch.running_mean": 2.0, "load.concurrency_mean": 5.0,
+            "kv.usage_p95": 0.86,
+            "kv.preemptions": 9,
+            "queue.waiting_mean": 3.0,
+            "batch.running_mean": 2.0,
+            "load.concurrency_mean": 5.0,
             "throughput.generation_tokens_per_s": 55.0,
         },
-        verdict=("Preemptions with KV p95 at 86% are the cache running out between scrapes; at 15k tokens it "
-                 "holds three 5k-token requests: the KV cache is too small for this workload."),
+        verdict=(
+            "Preemptions with KV p95 at 86% are the cache running out between scrapes; at 15k tokens it "
+            "holds three 5k-token requests: the KV cache is too small for this workload."
+        ),
         verdicts={"Q1": "kv-too-small"},
         answers={"Q1": "no"},
         classes=("fit",),
@@ -260,21 +333,32 @@ SCENARIOS = [
             "tensor_parallel_size; monitor the preemption count through the Prometheus metrics."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "meta-llama/Llama-3.1-8B-Instruct",
-            "engine.max_model_len": setting(32768), "config.max_num_seqs": setting(256),
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
+            "engine.name": "vllm",
+            "engine.model": "meta-llama/Llama-3.1-8B-Instruct",
+            "engine.max_model_len": setting(32768),
+            "config.max_num_seqs": setting(256),
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
             "config.gpu_memory_utilization": setting(0.9),
-            "memory.weights_bytes": 16.1e9, "memory.device_total_bytes": float(H100),
+            "memory.weights_bytes": 16.1e9,
+            "memory.device_total_bytes": float(H100),
             "memory.weights_fraction": 16.1e9 / H100,
-            "kv.capacity_tokens": 445_000, "kv.max_concurrency": 13.6,
-            "inputs.length_p50": 1500, "outputs.length_p50": 1200,
-            "kv.usage_p95": 0.88, "kv.preemptions": 37, "queue.waiting_mean": 6.5,
-            "batch.running_mean": 150, "load.concurrency_mean": 156.5,
+            "kv.capacity_tokens": 445_000,
+            "kv.max_concurrency": 13.6,
+            "inputs.length_p50": 1500,
+            "outputs.length_p50": 1200,
+            "kv.usage_p95": 0.88,
+            "kv.preemptions": 37,
+            "queue.waiting_mean": 6.5,
+            "batch.running_mean": 150,
+            "load.concurrency_mean": 156.5,
             "throughput.generation_tokens_per_s": 5200.0,
         },
-        verdict=("Preemptions and a queue with KV p95 just under 90% still mean the cache ran out; the model "
-                 "fits (weights 19%, ~165 typical requests fit), so this is load: add replicas or cap "
-                 "--max-num-seqs, fp8 KV as a capacity lever."),
+        verdict=(
+            "Preemptions and a queue with KV p95 just under 90% still mean the cache ran out; the model "
+            "fits (weights 19%, ~165 typical requests fit), so this is load: add replicas or cap "
+            "--max-num-seqs, fp8 KV as a capacity lever."
+        ),
         verdicts={"Q1": "overloaded"},
         answers={"Q1": "yes"},
         statuses={"scale-out": "recommended"},
@@ -292,17 +376,27 @@ SCENARIOS = [
             "an A100 80 GB assumed)."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "meta-llama/Llama-2-7b-chat-hf",
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
-            "memory.weights_bytes": 13.5e9, "memory.device_total_bytes": float(A100_80),
+            "engine.name": "vllm",
+            "engine.model": "meta-llama/Llama-2-7b-chat-hf",
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
+            "memory.weights_bytes": 13.5e9,
+            "memory.device_total_bytes": float(A100_80),
             "memory.weights_fraction": 13.5e9 / A100_80,
-            "kv.capacity_tokens": 110_000, "inputs.length_p50": 600, "outputs.length_p50": 350,
-            "kv.usage_p95": 0.012, "kv.preemptions": 0, "queue.waiting_mean": 0.0,
-            "batch.running_mean": 1.0, "load.concurrency_mean": 1.0,
+            "kv.capacity_tokens": 110_000,
+            "inputs.length_p50": 600,
+            "outputs.length_p50": 350,
+            "kv.usage_p95": 0.012,
+            "kv.preemptions": 0,
+            "queue.waiting_mean": 0.0,
+            "batch.running_mean": 1.0,
+            "load.concurrency_mean": 1.0,
             "throughput.generation_tokens_per_s": 38.0,
         },
-        verdict=("The weights fit, but one request at a time never tested how many the server can hold: "
-                 "'fits' with low confidence, and nothing to scale."),
+        verdict=(
+            "The weights fit, but one request at a time never tested how many the server can hold: "
+            "'fits' with low confidence, and nothing to scale."
+        ),
         verdicts={"Q1": "untested"},
         answers={"Q1": "yes"},
         max_confidence={"Q1": 0.5},
@@ -319,21 +413,33 @@ SCENARIOS = [
             "with tensor parallelism inside each rank."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8",
+            "engine.name": "vllm",
+            "engine.model": "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8",
             "engine.max_model_len": setting(8192),
-            "config.tensor_parallel_size": setting(1), "config.pipeline_parallel_size": setting(1),
-            "memory.device_count": setting(2), "config.gpu_memory_utilization": setting(0.9),
-            "config.weight_quantization": "fp8", "config.kv_cache_dtype": "auto",
-            "memory.weights_bytes": 72e9, "memory.device_total_bytes": 2.0 * H100,
+            "config.tensor_parallel_size": setting(1),
+            "config.pipeline_parallel_size": setting(1),
+            "memory.device_count": setting(2),
+            "config.gpu_memory_utilization": setting(0.9),
+            "config.weight_quantization": "fp8",
+            "config.kv_cache_dtype": "auto",
+            "memory.weights_bytes": 72e9,
+            "memory.device_total_bytes": 2.0 * H100,
             "memory.weights_fraction": 72e9 / H100,  # 0.84 of each GPU: replicas do not split weights
-            "kv.capacity_tokens": 9_800, "kv.max_concurrency": 1.2,  # per replica, ~3 GB at 320 KiB/token
-            "inputs.length_p50": 1500, "outputs.length_p50": 400,
-            "kv.usage_p95": 0.93, "kv.preemptions": 3, "queue.waiting_mean": 1.2,
-            "batch.running_mean": 8, "load.concurrency_mean": 9.2,
+            "kv.capacity_tokens": 9_800,
+            "kv.max_concurrency": 1.2,  # per replica, ~3 GB at 320 KiB/token
+            "inputs.length_p50": 1500,
+            "outputs.length_p50": 400,
+            "kv.usage_p95": 0.93,
+            "kv.preemptions": 3,
+            "queue.waiting_mean": 1.2,
+            "batch.running_mean": 8,
+            "load.concurrency_mean": 9.2,
         },
-        verdict=("Two GPUs as two replicas each carry the whole 72 GB: 84% of every device, ~5 typical "
-                 "requests of KV per replica: tight; dividing the weights by the device count would be wrong "
-                 "(TP=2 in one replica would halve them)."),
+        verdict=(
+            "Two GPUs as two replicas each carry the whole 72 GB: 84% of every device, ~5 typical "
+            "requests of KV per replica: tight; dividing the weights by the device count would be wrong "
+            "(TP=2 in one replica would halve them)."
+        ),
         verdicts={"Q1": "tight"},
         answers={"Q1": "no"},
         not_recommended=("scale-out",),
@@ -350,20 +456,30 @@ SCENARIOS = [
             "first (GPU not named; a 48 GB card assumed)."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "Qwen/Qwen3-14B",
+            "engine.name": "vllm",
+            "engine.model": "Qwen/Qwen3-14B",
             "engine.max_model_len": setting(32768),
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
             "config.gpu_memory_utilization": setting(0.9),
-            "memory.weights_bytes": 29.5e9, "memory.device_total_bytes": float(L40),
+            "memory.weights_bytes": 29.5e9,
+            "memory.device_total_bytes": float(L40),
             "memory.weights_fraction": 29.5e9 / L40,
             # Only the engine's own figure: capacity = 1.30 x 32,768 tokens.
-            "kv.capacity_tokens": None, "kv.max_concurrency": 1.30,
-            "inputs.length_p50": 32600, "outputs.length_p50": 1,
-            "kv.usage_p95": 0.76, "kv.preemptions": 0, "queue.waiting_mean": 0.6,
-            "batch.running_mean": 1.0, "load.concurrency_mean": 1.6,
+            "kv.capacity_tokens": None,
+            "kv.max_concurrency": 1.30,
+            "inputs.length_p50": 32600,
+            "outputs.length_p50": 1,
+            "kv.usage_p95": 0.76,
+            "kv.preemptions": 0,
+            "queue.waiting_mean": 0.6,
+            "batch.running_mean": 1.0,
+            "load.concurrency_mean": 1.6,
         },
-        verdict=("The engine's own figure says the cache holds 1.3 requests of 32k tokens, and this workload's "
-                 "requests are 32.6k: one at a time fits; the KV cache is too small for it."),
+        verdict=(
+            "The engine's own figure says the cache holds 1.3 requests of 32k tokens, and this workload's "
+            "requests are 32.6k: one at a time fits; the KV cache is too small for it."
+        ),
         verdicts={"Q1": "kv-too-small"},
         answers={"Q1": "no"},
         not_recommended=("scale-out",),

@@ -6,13 +6,17 @@ could not judge, impossible or misspelt evidence, and slow tokens beside an unve
 
 from __future__ import annotations
 
-from probes.results import Measurement, Provenance
-from tests.scenarios.engines import VLLM_V1, setting, speculation
+from llm_diagnose.probes.results import Measurement, Provenance
+from tests.scenarios.engines import setting, speculation
 from tests.scenarios.model import Scenario
 
-# The live /metrics window (probes.metrics.passive), as opposed to a hand-built value.
-_LIVE = Provenance(method="prometheus", source="http://127.0.0.1:8000/metrics",
-                   taken_at="2026-12-02T00:00:00.000+00:00", window_s=120.0)
+# The live /metrics window (llm_diagnose.probes.metrics.passive), as opposed to a hand-built value.
+_LIVE = Provenance(
+    method="prometheus",
+    source="http://127.0.0.1:8000/metrics",
+    taken_at="2026-12-02T00:00:00.000+00:00",
+    window_s=120.0,
+)
 
 
 def _live(value: float, unit: str) -> Measurement:
@@ -30,13 +34,22 @@ SCENARIOS = [
             "cache is well used but not full, and nothing is swapped or preempted."
         ),
         evidence={
-            "engine.name": "vllm", "engine.version": "0.32.0", "memory.weights_fraction": 0.3,
-            "config.tensor_parallel_size": setting(1), "kv.usage_p95": 0.85, "queue.waiting_mean": 5.0,
-            "kv.preemptions": 0.0, "batch.running_mean": 30.0, "throughput.generation_tokens_per_s": 1500.0,
-            "decode.itl_p50_s": 0.03, "decode.itl_p99_s": 0.06,
+            "engine.name": "vllm",
+            "engine.version": "0.32.0",
+            "memory.weights_fraction": 0.3,
+            "config.tensor_parallel_size": setting(1),
+            "kv.usage_p95": 0.85,
+            "queue.waiting_mean": 5.0,
+            "kv.preemptions": 0.0,
+            "batch.running_mean": 30.0,
+            "throughput.generation_tokens_per_s": 1500.0,
+            "decode.itl_p50_s": 0.03,
+            "decode.itl_p99_s": 0.06,
         },
-        verdict=("Requests queue while most of the cache is in use: the server is at capacity for this load "
-                 "(more replicas or admission limits), not idle and not held back by a scheduler cap."),
+        verdict=(
+            "Requests queue while most of the cache is in use: the server is at capacity for this load "
+            "(more replicas or admission limits), not idle and not held back by a scheduler cap."
+        ),
         verdicts={"Q1": "overloaded"},
         headline=("capacity", "scale-out"),
         statuses={"scale-out": "recommended"},
@@ -53,13 +66,22 @@ SCENARIOS = [
             "or run more instances."
         ),
         evidence={
-            "engine.name": "vllm", "engine.version": "0.32.0", "memory.weights_fraction": 0.3,
-            "config.tensor_parallel_size": setting(1), "kv.usage_p95": 0.6, "queue.waiting_mean": 5.0,
-            "kv.preemptions": 0.0, "batch.running_mean": 30.0, "throughput.generation_tokens_per_s": 1500.0,
-            "decode.itl_p50_s": 0.03, "decode.itl_p99_s": 0.06,
+            "engine.name": "vllm",
+            "engine.version": "0.32.0",
+            "memory.weights_fraction": 0.3,
+            "config.tensor_parallel_size": setting(1),
+            "kv.usage_p95": 0.6,
+            "queue.waiting_mean": 5.0,
+            "kv.preemptions": 0.0,
+            "batch.running_mean": 30.0,
+            "throughput.generation_tokens_per_s": 1500.0,
+            "decode.itl_p50_s": 0.03,
+            "decode.itl_p99_s": 0.06,
         },
-        verdict=("Five requests wait on average while the cache is more than half used: the batch is capped by "
-                 "load, a capacity finding; 'no bottleneck found' would be wrong."),
+        verdict=(
+            "Five requests wait on average while the cache is more than half used: the batch is capped by "
+            "load, a capacity finding; 'no bottleneck found' would be wrong."
+        ),
         verdicts={"Q1": "overloaded"},
         headline=("capacity", "scale-out"),
         pitfalls={"batch-not-growing": False},
@@ -74,8 +96,12 @@ SCENARIOS = [
             "few running requests and many pending ones, and the reporter asks which setting holds it back."
         ),
         evidence={
-            "engine.name": "vllm", "memory.weights_fraction": 0.3, "kv.usage_p95": 0.3,
-            "queue.waiting_mean": 8.0, "batch.running_mean": 16.0, "throughput.generation_tokens_per_s": 800.0,
+            "engine.name": "vllm",
+            "memory.weights_fraction": 0.3,
+            "kv.usage_p95": 0.3,
+            "queue.waiting_mean": 8.0,
+            "batch.running_mean": 16.0,
+            "throughput.generation_tokens_per_s": 800.0,
             "config.max_num_seqs": setting(16),
         },
         verdict="Requests wait while most of the cache is free: a scheduler limit caps the batch; raise it.",
@@ -94,14 +120,24 @@ SCENARIOS = [
             "line and suggest cache and swap settings."
         ),
         evidence={
-            "engine.name": "vllm", "engine.version": "0.32.0", "memory.weights_fraction": 0.1,
-            "config.weight_quantization": "awq_marlin", "config.kv_cache_dtype": "auto",
-            "config.tensor_parallel_size": setting(1), "kv.usage_p95": 0.97, "queue.waiting_mean": 6.0,
-            "kv.preemptions": 30.0, "batch.running_mean": 24.0, "throughput.generation_tokens_per_s": 1500.0,
-            "decode.itl_p50_s": 0.03, "decode.itl_p99_s": 0.06,
+            "engine.name": "vllm",
+            "engine.version": "0.32.0",
+            "memory.weights_fraction": 0.1,
+            "config.weight_quantization": "awq_marlin",
+            "config.kv_cache_dtype": "auto",
+            "config.tensor_parallel_size": setting(1),
+            "kv.usage_p95": 0.97,
+            "queue.waiting_mean": 6.0,
+            "kv.preemptions": 30.0,
+            "batch.running_mean": 24.0,
+            "throughput.generation_tokens_per_s": 1500.0,
+            "decode.itl_p50_s": 0.03,
+            "decode.itl_p99_s": 0.06,
         },
-        verdict=("The weights take a tenth of the device and load fills the cache: add replicas or cap "
-                 "admission; the AWQ weights are in place and blaming them would contradict that."),
+        verdict=(
+            "The weights take a tenth of the device and load fills the cache: add replicas or cap "
+            "admission; the AWQ weights are in place and blaming them would contradict that."
+        ),
         headline=("capacity", "scale-out"),
         statuses={"quantization": "in-place", "scale-out": "recommended"},
         pitfalls={"weight-only-quantization": False},
@@ -117,12 +153,18 @@ SCENARIOS = [
             "the tree for batch sizes above 1. Only measuring with and without it showed the loss."
         ),
         evidence={
-            "engine.name": "vllm", **speculation("eagle3", 3), "spec.mean_acceptance_length": 3.5,
-            "batch.running_mean": 160.0, "decode.itl_p50_s": 0.03, "decode.itl_p99_s": 0.06,
+            "engine.name": "vllm",
+            **speculation("eagle3", 3),
+            "spec.mean_acceptance_length": 3.5,
+            "batch.running_mean": 160.0,
+            "decode.itl_p50_s": 0.03,
+            "decode.itl_p99_s": 0.06,
             "throughput.generation_tokens_per_s": 5000.0,
         },
-        verdict=("Whether drafts pay at 160 sequences depends on how compute-bound the step is: measure ITL "
-                 "with it off before calling acceptance low (3.5 of 4 tokens per step is high)."),
+        verdict=(
+            "Whether drafts pay at 160 sequences depends on how compute-bound the step is: measure ITL "
+            "with it off before calling acceptance low (3.5 of 4 tokens per step is high)."
+        ),
         pitfalls={"spec-decode-low-acceptance": None},
         statuses={"speculative-decoding": "on-unverified"},
         classes=("slow-tokens",),
@@ -137,12 +179,18 @@ SCENARIOS = [
             "or disables speculation based on measured cost."
         ),
         evidence={
-            "engine.name": "vllm", **speculation("mtp", 1), "spec.mean_acceptance_length": 1.9,
-            "batch.running_mean": 140.0, "decode.itl_p50_s": 0.03, "decode.itl_p99_s": 0.06,
+            "engine.name": "vllm",
+            **speculation("mtp", 1),
+            "spec.mean_acceptance_length": 1.9,
+            "batch.running_mean": 140.0,
+            "decode.itl_p50_s": 0.03,
+            "decode.itl_p99_s": 0.06,
             "throughput.generation_tokens_per_s": 5000.0,
         },
-        verdict=("90% of one draft accepted at batch 140: whether it pays is a matter of step cost, measured "
-                 "with it off, not of acceptance."),
+        verdict=(
+            "90% of one draft accepted at batch 140: whether it pays is a matter of step cost, measured "
+            "with it off, not of acceptance."
+        ),
         pitfalls={"spec-decode-low-acceptance": None},
         statuses={"speculative-decoding": "on-unverified"},
         not_recommended=("speculative-decoding",),
@@ -157,12 +205,18 @@ SCENARIOS = [
             "K; drafting more tokens costs more, so a K whose acceptance length does not rise is slower."
         ),
         evidence={
-            "engine.name": "vllm", **speculation("eagle3", 3), "spec.mean_acceptance_length": 1.2,
-            "batch.running_mean": 4.0, "decode.itl_p50_s": 0.03, "decode.itl_p99_s": 0.06,
+            "engine.name": "vllm",
+            **speculation("eagle3", 3),
+            "spec.mean_acceptance_length": 1.2,
+            "batch.running_mean": 4.0,
+            "decode.itl_p50_s": 0.03,
+            "decode.itl_p99_s": 0.06,
             "throughput.generation_tokens_per_s": 500.0,
         },
-        verdict=("At batch 4 the verify step is nearly free, yet 1.2 tokens per step from 3 drafts does not "
-                 "pay: fewer drafts or a draft trained on this traffic (it already runs EAGLE-3)."),
+        verdict=(
+            "At batch 4 the verify step is nearly free, yet 1.2 tokens per step from 3 drafts does not "
+            "pay: fewer drafts or a draft trained on this traffic (it already runs EAGLE-3)."
+        ),
         pitfalls={"spec-decode-low-acceptance": True},
         statuses={"speculative-decoding": "not-working"},
         headline=("pitfall", "spec-decode-low-acceptance"),
@@ -177,9 +231,12 @@ SCENARIOS = [
             "running the KV cache is unlikely to fill."
         ),
         evidence={
-            "engine.name": "vllm", "batch.running_mean": _live(0.1, "requests"),
-            "queue.waiting_mean": _live(0.0, "requests"), "throughput.generation_tokens_per_s": _live(3.0, "1/s"),
-            "decode.itl_p50_s": _live(0.02, "s"), "decode.itl_p99_s": _live(0.03, "s"),
+            "engine.name": "vllm",
+            "batch.running_mean": _live(0.1, "requests"),
+            "queue.waiting_mean": _live(0.0, "requests"),
+            "throughput.generation_tokens_per_s": _live(3.0, "1/s"),
+            "decode.itl_p50_s": _live(0.02, "s"),
+            "decode.itl_p99_s": _live(0.03, "s"),
         },
         verdict="A near-idle window says how one request went, not how the server serves: nothing measured.",
         headline=("nothing-measured", ""),
@@ -195,11 +252,17 @@ SCENARIOS = [
             "endpoint, so whether drafts are accepted cannot be seen from /metrics."
         ),
         evidence={
-            "engine.name": "vllm", "config.spec_decode": True, "decode.itl_p50_s": 0.08, "decode.itl_p99_s": 0.1,
-            "batch.running_mean": 4.0, "throughput.generation_tokens_per_s": 300.0,
+            "engine.name": "vllm",
+            "config.spec_decode": True,
+            "decode.itl_p50_s": 0.08,
+            "decode.itl_p99_s": 0.1,
+            "batch.running_mean": 4.0,
+            "throughput.generation_tokens_per_s": 300.0,
         },
-        verdict=("Tokens are slow and speculative decoding is on but unverified: verify it (acceptance "
-                 "counters, or ITL with it off) before anything else; 'no bottleneck' contradicts Q5."),
+        verdict=(
+            "Tokens are slow and speculative decoding is on but unverified: verify it (acceptance "
+            "counters, or ITL with it off) before anything else; 'no bottleneck' contradicts Q5."
+        ),
         answers={"Q5": "yes"},
         headline=("verify", "speculative-decoding"),
         statuses={"speculative-decoding": "on-unverified"},
@@ -214,8 +277,12 @@ SCENARIOS = [
             "how the ratio is computed."
         ),
         evidence={
-            "engine.name": "vllm", "memory.weights_fraction": 0.3, "kv.usage_p95": -0.2, "queue.waiting_mean": 3.0,
-            "batch.running_mean": 8.0, "throughput.generation_tokens_per_s": 500.0,
+            "engine.name": "vllm",
+            "memory.weights_fraction": 0.3,
+            "kv.usage_p95": -0.2,
+            "queue.waiting_mean": 3.0,
+            "batch.running_mean": 8.0,
+            "throughput.generation_tokens_per_s": 500.0,
         },
         verdict="An impossible KV usage decides nothing: flag it, check no pitfall on it, headline nothing.",
         sanity_keys=("kv.usage_p95",),
@@ -233,8 +300,12 @@ SCENARIOS = [
             "values up to 1.8e308: a mis-scaled or mis-parsed sample travels as a valid number."
         ),
         evidence={
-            "engine.name": "vllm", "memory.weights_fraction": 1e308, "kv.usage_p95": 0.6,
-            "batch.running_mean": 20.0, "queue.waiting_mean": 0.0, "throughput.generation_tokens_per_s": 1000.0,
+            "engine.name": "vllm",
+            "memory.weights_fraction": 1e308,
+            "kv.usage_p95": 0.6,
+            "batch.running_mean": 20.0,
+            "queue.waiting_mean": 0.0,
+            "throughput.generation_tokens_per_s": 1000.0,
         },
         verdict="Weights 1e308 times a device is a unit or parsing error: flag it and do not act on Q1.",
         sanity_keys=("memory.weights_fraction",),
@@ -251,8 +322,12 @@ SCENARIOS = [
             "over, at least 1 (a single GPU when no parallelism is used)."
         ),
         evidence={
-            "engine.name": "vllm", "memory.weights_fraction": 0.3, "config.tensor_parallel_size": setting(0),
-            "kv.usage_p95": 0.6, "batch.running_mean": 20.0, "queue.waiting_mean": 0.0,
+            "engine.name": "vllm",
+            "memory.weights_fraction": 0.3,
+            "config.tensor_parallel_size": setting(0),
+            "kv.usage_p95": 0.6,
+            "batch.running_mean": 20.0,
+            "queue.waiting_mean": 0.0,
             "throughput.generation_tokens_per_s": 1000.0,
         },
         verdict="A parallel degree of 0 cannot be: flag it and doubt the fit answer that divides by it.",
@@ -269,12 +344,18 @@ SCENARIOS = [
             "kv_cache_usage_perc, so the cache panel silently showed nothing until the name was fixed."
         ),
         evidence={
-            "engine.name": "vllm", "memory.weights_fraction": 0.3, "kv.usage_p59": 0.6,
-            "decode.bound_b512": "compute", "batch.running_mean": 20.0, "queue.waiting_mean": 0.0,
+            "engine.name": "vllm",
+            "memory.weights_fraction": 0.3,
+            "kv.usage_p59": 0.6,
+            "decode.bound_b512": "compute",
+            "batch.running_mean": 20.0,
+            "queue.waiting_mean": 0.0,
             "throughput.generation_tokens_per_s": 1000.0,
         },
-        verdict=("A key no probe defines is most likely misspelt: say so instead of ignoring it; a per-batch "
-                 "key at a size outside the registered list is still a known key."),
+        verdict=(
+            "A key no probe defines is most likely misspelt: say so instead of ignoring it; a per-batch "
+            "key at a size outside the registered list is still a known key."
+        ),
         sanity_keys=("kv.usage_p59",),
         not_flagged=("decode.bound_b512", "memory.weights_fraction"),
         classes=("sanity",),

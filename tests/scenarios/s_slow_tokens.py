@@ -10,8 +10,8 @@ per-token acceptance rate alone.
 
 from __future__ import annotations
 
-from diagnose.slo import SLO
-from probes.quantities import decode_bound_key
+from llm_diagnose.diagnose.tree.slo import SLO
+from llm_diagnose.probes.quantities import decode_bound_key
 from tests.scenarios.engines import A100_80GB, H100_80GB, SGLANG, VLLM_V1, setting, speculation
 from tests.scenarios.model import Scenario
 

@@ -20,9 +20,15 @@ SCENARIOS = [
             "even after requests to the completions endpoint had been served."
         ),
         evidence={
-            "engine.name": "vllm", "engine.version": "0.6.1", "engine.model": "mistralai/Mixtral-8x7B-Instruct-v0.1",
-            "kv.usage_p95": None, "kv.preemptions": None, "queue.waiting_mean": None,
-            "batch.running_mean": None, "prefix.hit_rate": None, "decode.itl_p50_s": None,
+            "engine.name": "vllm",
+            "engine.version": "0.6.1",
+            "engine.model": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+            "kv.usage_p95": None,
+            "kv.preemptions": None,
+            "queue.waiting_mean": None,
+            "batch.running_mean": None,
+            "prefix.hit_rate": None,
+            "decode.itl_p50_s": None,
             "memory.weights_fraction": None,
         },
         verdict="Nothing about the server's behaviour was measured: say so, and say how to get metrics; no verdict.",
@@ -41,14 +47,22 @@ SCENARIOS = [
             "terminal either."
         ),
         evidence={
-            "engine.name": "vllm", "engine.version": "0.6.6", "engine.model": "Qwen/Qwen2.5-7B-Instruct",
+            "engine.name": "vllm",
+            "engine.version": "0.6.6",
+            "engine.model": "Qwen/Qwen2.5-7B-Instruct",
             "config.tensor_parallel_size": setting(1),
-            "kv.usage_p95": None, "kv.preemptions": None, "queue.waiting_mean": None,
-            "batch.running_mean": None, "throughput.generation_tokens_per_s": None,
-            "decode.itl_p50_s": None, "prefix.hit_rate": None,
+            "kv.usage_p95": None,
+            "kv.preemptions": None,
+            "queue.waiting_mean": None,
+            "batch.running_mean": None,
+            "throughput.generation_tokens_per_s": None,
+            "decode.itl_p50_s": None,
+            "prefix.hit_rate": None,
         },
-        verdict=("With engine metrics off nothing was measured; the diagnosis must say that (restart without "
-                 "--disable-log-stats)."),
+        verdict=(
+            "With engine metrics off nothing was measured; the diagnosis must say that (restart without "
+            "--disable-log-stats)."
+        ),
         headline=("nothing-measured", ""),
         answers={"Q1": "unknown", "Q5": "unknown"},
         not_recommended=("quantization", "parallelism", "scale-out"),
@@ -64,16 +78,25 @@ SCENARIOS = [
             "0.0%' every 10 seconds while idle; the reporter asks how to silence it."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "Qwen/Qwen-14B-Chat",
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
-            "memory.weights_bytes": 28.3e9, "memory.device_total_bytes": float(A100_80),
+            "engine.name": "vllm",
+            "engine.model": "Qwen/Qwen-14B-Chat",
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
+            "memory.weights_bytes": 28.3e9,
+            "memory.device_total_bytes": float(A100_80),
             "memory.weights_fraction": 28.3e9 / A100_80,
-            "kv.usage_p95": 0.0, "kv.preemptions": 0, "queue.waiting_mean": 0.0,
-            "batch.running_mean": 0.0, "load.concurrency_mean": 0.0,
-            "throughput.generation_tokens_per_s": 0.0, "throughput.prompt_tokens_per_s": 0.0,
+            "kv.usage_p95": 0.0,
+            "kv.preemptions": 0,
+            "queue.waiting_mean": 0.0,
+            "batch.running_mean": 0.0,
+            "load.concurrency_mean": 0.0,
+            "throughput.generation_tokens_per_s": 0.0,
+            "throughput.prompt_tokens_per_s": 0.0,
         },
-        verdict=("The weights fit, but nothing ran in the window: capacity was not tested and no finding can "
-                 "be made; the headline says nothing was measured under load."),
+        verdict=(
+            "The weights fit, but nothing ran in the window: capacity was not tested and no finding can "
+            "be made; the headline says nothing was measured under load."
+        ),
         headline=("nothing-measured", ""),
         verdicts={"Q1": "untested"},
         max_confidence={"Q1": 0.5},
@@ -90,18 +113,29 @@ SCENARIOS = [
             "many concurrent requests, so the code must send requests concurrently to see them."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "mistralai/Mistral-7B-Instruct-v0.2",
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
-            "memory.weights_bytes": 14.5e9, "memory.device_total_bytes": float(RTX4090),
+            "engine.name": "vllm",
+            "engine.model": "mistralai/Mistral-7B-Instruct-v0.2",
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
+            "memory.weights_bytes": 14.5e9,
+            "memory.device_total_bytes": float(RTX4090),
             "memory.weights_fraction": 14.5e9 / RTX4090,
-            "kv.capacity_tokens": 40_000, "inputs.length_p50": 200, "outputs.length_p50": 300,
-            "kv.usage_p95": 0.013, "kv.preemptions": 0, "queue.waiting_mean": 0.0,
-            "batch.running_mean": 1.0, "load.concurrency_mean": 1.0,
+            "kv.capacity_tokens": 40_000,
+            "inputs.length_p50": 200,
+            "outputs.length_p50": 300,
+            "kv.usage_p95": 0.013,
+            "kv.preemptions": 0,
+            "queue.waiting_mean": 0.0,
+            "batch.running_mean": 1.0,
+            "load.concurrency_mean": 1.0,
             "throughput.generation_tokens_per_s": 52.0,
-            "decode.itl_p50_s": 0.019, "decode.itl_p99_s": 0.024,
+            "decode.itl_p50_s": 0.019,
+            "decode.itl_p99_s": 0.024,
         },
-        verdict=("One request at a time says nothing about capacity: Q1 is 'fits, untested' at low confidence, "
-                 "and nothing about batching or scale can be recommended from it."),
+        verdict=(
+            "One request at a time says nothing about capacity: Q1 is 'fits, untested' at low confidence, "
+            "and nothing about batching or scale can be recommended from it."
+        ),
         verdicts={"Q1": "untested"},
         max_confidence={"Q1": 0.5},
         not_recommended=("scale-out", "quantization", "parallelism"),
@@ -116,18 +150,24 @@ SCENARIOS = [
             "least four times the scrape interval to survive races and a failed scrape."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "meta-llama/Llama-3.1-8B-Instruct",
-            "live.window_s": 8.0, "live.window_complete": True,
-            "memory.weights_bytes": 16.1e9, "memory.device_total_bytes": float(H100),
+            "engine.name": "vllm",
+            "engine.model": "meta-llama/Llama-3.1-8B-Instruct",
+            "live.window_s": 8.0,
+            "live.window_complete": True,
+            "memory.weights_bytes": 16.1e9,
+            "memory.device_total_bytes": float(H100),
             "memory.weights_fraction": 16.1e9 / H100,
             "kv.usage_p95": sampled([0.62, 0.66], "fraction"),
             "queue.waiting_mean": sampled([0.0, 0.0], "requests"),
             "batch.running_mean": sampled([21.0, 23.0], "requests"),
             "kv.preemptions": 0,
-            "decode.itl_p50_s": sampled([0.012, 0.013], "s"), "decode.itl_p99_s": sampled([0.03, 0.05], "s"),
+            "decode.itl_p50_s": sampled([0.012, 0.013], "s"),
+            "decode.itl_p99_s": sampled([0.03, 0.05], "s"),
         },
-        verdict=("Two scrapes are one delta: whatever the numbers say, every answer built on them is low "
-                 "confidence until the window covers several scrape intervals."),
+        verdict=(
+            "Two scrapes are one delta: whatever the numbers say, every answer built on them is low "
+            "confidence until the window covers several scrape intervals."
+        ),
         max_confidence={"Q1": 0.5, "Q5": 0.5},
         not_recommended=("scale-out", "quantization"),
         classes=("too-little", "confidence"),
@@ -142,17 +182,22 @@ SCENARIOS = [
             "with a timeout and answers 503 instead of hanging."
         ),
         evidence={
-            "engine.name": "sglang", "engine.model": "Qwen/Qwen2.5-14B-Instruct",
-            "live.window_s": 14.0, "live.window_complete": False,
-            "memory.weights_bytes": 29.5e9, "memory.device_total_bytes": float(H100),
+            "engine.name": "sglang",
+            "engine.model": "Qwen/Qwen2.5-14B-Instruct",
+            "live.window_s": 14.0,
+            "live.window_complete": False,
+            "memory.weights_bytes": 29.5e9,
+            "memory.device_total_bytes": float(H100),
             "memory.weights_fraction": 29.5e9 / H100,
             "kv.usage_p95": sampled([0.88, 0.93, 0.96], "fraction"),
             "queue.waiting_mean": sampled([2.0, 6.0, 11.0], "requests"),
             "batch.running_mean": sampled([40.0, 44.0, 45.0], "requests"),
             "kv.preemptions": 0,
         },
-        verdict=("The window broke off after three scrapes while pressure was rising: report what was seen, "
-                 "at low confidence, and ask for a complete window before sizing anything."),
+        verdict=(
+            "The window broke off after three scrapes while pressure was rising: report what was seen, "
+            "at low confidence, and ask for a complete window before sizing anything."
+        ),
         max_confidence={"Q1": 0.5},
         headline=("nothing-measured", ""),
         not_recommended=("scale-out",),  # no sizing from three scrapes of a broken-off window

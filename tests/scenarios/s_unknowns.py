@@ -3,16 +3,21 @@ and working"; a setting that could not be seen is not "off"."""
 
 from __future__ import annotations
 
-from probes.results import Measurement
+from llm_diagnose.probes.results import Measurement
 from tests.evidence_builders import PROV
 from tests.scenarios.engines import A100_80GB as A100_80
 from tests.scenarios.engines import setting
 from tests.scenarios.model import Scenario
 
-# What the live probe makes of SGLang's cache_hit_rate gauge (probes/metrics/passive.py): the mean of
+# What the live probe makes of SGLang's cache_hit_rate gauge (llm_diagnose/probes/metrics/passive.py): the mean of
 # its readings, marked as an engine-computed gauge rather than a windowed token ratio.
-_SGLANG_GAUGE_ZEROS = Measurement(0.0, "fraction", PROV, samples=(0.0,) * 12,
-                                  warnings=("engine-computed gauge, not a windowed token ratio: mean of its readings",))
+_SGLANG_GAUGE_ZEROS = Measurement(
+    0.0,
+    "fraction",
+    PROV,
+    samples=(0.0,) * 12,
+    warnings=("engine-computed gauge, not a windowed token ratio: mean of its readings",),
+)
 
 SCENARIOS = [
     Scenario(
@@ -25,15 +30,24 @@ SCENARIOS = [
             "log line, because without them results with speculative decoding were hard to understand."
         ),
         evidence={
-            "engine.name": "sglang", "engine.version": "0.5.3", "engine.model": "meta-llama/Llama-3.1-8B-Instruct",
-            "config.spec_decode": True, "config.spec_method": "eagle",
+            "engine.name": "sglang",
+            "engine.version": "0.5.3",
+            "engine.model": "meta-llama/Llama-3.1-8B-Instruct",
+            "config.spec_decode": True,
+            "config.spec_method": "eagle",
             "config.num_speculative_tokens": setting(4),
-            "spec.acceptance_rate": None, "spec.mean_acceptance_length": None, "spec.itl_speedup": None,
-            "decode.itl_p50_s": 0.009, "decode.itl_p99_s": 0.03,
-            "batch.running_mean": 4.0, "load.concurrency_mean": 4.0,
+            "spec.acceptance_rate": None,
+            "spec.mean_acceptance_length": None,
+            "spec.itl_speedup": None,
+            "decode.itl_p50_s": 0.009,
+            "decode.itl_p99_s": 0.03,
+            "batch.running_mean": 4.0,
+            "load.concurrency_mean": 4.0,
         },
-        verdict=("EAGLE is on but nothing measured whether its drafts are accepted: on and unverified, not "
-                 "'in place and working'; acceptance per verify step (or ITL with it off vs on) would verify it."),
+        verdict=(
+            "EAGLE is on but nothing measured whether its drafts are accepted: on and unverified, not "
+            "'in place and working'; acceptance per verify step (or ITL with it off vs on) would verify it."
+        ),
         statuses={"speculative-decoding": "on-unverified"},
         pitfalls={"spec-decode-low-acceptance": None},
         classes=("unknown",),
@@ -48,22 +62,30 @@ SCENARIOS = [
             "and not correlated with individual requests."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "meta-llama/Llama-3.1-70B-Instruct",
-            "config.pd_disaggregation": True, "config.chunked_prefill": True,
+            "engine.name": "vllm",
+            "engine.model": "meta-llama/Llama-3.1-70B-Instruct",
+            "config.pd_disaggregation": True,
+            "config.chunked_prefill": True,
             "pd.kv_transfer_ttft_share": None,
-            "latency.ttft_p50_s": 0.42, "decode.itl_p50_s": 0.024, "decode.itl_p99_s": 0.061,
+            "latency.ttft_p50_s": 0.42,
+            "decode.itl_p50_s": 0.024,
+            "decode.itl_p99_s": 0.061,
             "interference.itl_inflation": None,
         },
-        verdict=("Disaggregation is on, but how much of TTFT the KV transfer costs was not measured: on and "
-                 "unverified, not 'in place and working'; NIXL transfer time against TTFT would verify it."),
+        verdict=(
+            "Disaggregation is on, but how much of TTFT the KV transfer costs was not measured: on and "
+            "unverified, not 'in place and working'; NIXL transfer time against TTFT would verify it."
+        ),
         statuses={"pd-disaggregation": "on-unverified"},
         pitfalls={"disaggregation-overhead": None},
         classes=("unknown",),
     ),
     Scenario(
         id="unknown-prefix-cache-zero-hits-block-larger-than-shared-prompt",
-        title=("Prefix caching on, 0 hits over millions of queried tokens, no trace: no sharing, or a "
-               "prefix under one block?"),
+        title=(
+            "Prefix caching on, 0 hits over millions of queried tokens, no trace: no sharing, or a "
+            "prefix under one block?"
+        ),
         source="https://github.com/vllm-project/vllm/issues/54607",
         source_says=(
             "vLLM 0.27.1 reported prefix_cache_hits_total at exactly 0 on traffic where another engine hit "
@@ -72,15 +94,21 @@ SCENARIOS = [
             "shares no prefix or shares one too short to cache, and those need different responses."
         ),
         evidence={
-            "engine.name": "vllm", "engine.version": "0.27.1",
-            "config.prefix_caching": True, "config.block_size": setting(784),
-            "prefix.hit_rate": 0.0, "prefix.queried_tokens": 3_100_000,
-            "prefix.potential_fraction": None, "prompts.dynamic_prefix_fraction": None,
+            "engine.name": "vllm",
+            "engine.version": "0.27.1",
+            "config.prefix_caching": True,
+            "config.block_size": setting(784),
+            "prefix.hit_rate": 0.0,
+            "prefix.queried_tokens": 3_100_000,
+            "prefix.potential_fraction": None,
+            "prompts.dynamic_prefix_fraction": None,
             "inputs.length_p50": 900,
         },
-        verdict=("A zero hit rate without the prompts cannot say whether requests share prefixes (here they "
-                 "did, under one 784-token block): prefix caching is on and unverified; a trace (--trace) or "
-                 "the active prefix experiment would tell."),
+        verdict=(
+            "A zero hit rate without the prompts cannot say whether requests share prefixes (here they "
+            "did, under one 784-token block): prefix caching is on and unverified; a trace (--trace) or "
+            "the active prefix experiment would tell."
+        ),
         statuses={"prefix-caching": "on-unverified"},
         answers={"Q2": "unknown"},
         pitfalls={"dynamic-prefix": None},
@@ -96,13 +124,19 @@ SCENARIOS = [
             "radix cache is enabled by default."
         ),
         evidence={
-            "engine.name": "sglang", "engine.version": "0.5.14",
-            "config.prefix_caching": None, "prefix.hit_rate": None, "prefix.queried_tokens": None,
+            "engine.name": "sglang",
+            "engine.version": "0.5.14",
+            "config.prefix_caching": None,
+            "prefix.hit_rate": None,
+            "prefix.queried_tokens": None,
             "prefix.potential_fraction": None,
-            "batch.running_mean": 1.0, "load.concurrency_mean": 1.0,
+            "batch.running_mean": 1.0,
+            "load.concurrency_mean": 1.0,
         },
-        verdict=("The radix cache is on by SGLang's default, so it must not be recommended as if off; whether "
-                 "it hits is unmeasured: on and unverified until hit counters or a trace show it."),
+        verdict=(
+            "The radix cache is on by SGLang's default, so it must not be recommended as if off; whether "
+            "it hits is unmeasured: on and unverified until hit counters or a trace show it."
+        ),
         statuses={"prefix-caching": "on-unverified"},
         not_recommended=("prefix-caching",),
         answers={"Q2": "unknown"},
@@ -118,17 +152,27 @@ SCENARIOS = [
             "awq_triton) from the checkpoint; AWQ shrinks the weights, not the KV cache."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "Qwen/Qwen3-8B-AWQ",
-            "config.weight_quantization": None, "config.kv_cache_dtype": "auto",
-            "config.tensor_parallel_size": setting(1), "memory.device_count": setting(1),
-            "memory.weights_bytes": 5.9e9, "memory.device_total_bytes": float(A100_80),
+            "engine.name": "vllm",
+            "engine.model": "Qwen/Qwen3-8B-AWQ",
+            "config.weight_quantization": None,
+            "config.kv_cache_dtype": "auto",
+            "config.tensor_parallel_size": setting(1),
+            "memory.device_count": setting(1),
+            "memory.weights_bytes": 5.9e9,
+            "memory.device_total_bytes": float(A100_80),
             "memory.weights_fraction": 5.9e9 / A100_80,
-            "kv.usage_p95": 0.42, "kv.preemptions": 0, "queue.waiting_mean": 0.0,
-            "batch.running_mean": 48, "load.concurrency_mean": 48,
-            "decode.itl_p50_s": 0.031, "decode.itl_p99_s": 0.07,
+            "kv.usage_p95": 0.42,
+            "kv.preemptions": 0,
+            "queue.waiting_mean": 0.0,
+            "batch.running_mean": 48,
+            "load.concurrency_mean": 48,
+            "decode.itl_p50_s": 0.031,
+            "decode.itl_p99_s": 0.07,
         },
-        verdict=("The quantization method was not observed (the checkpoint carries it), so whether a weight-only "
-                 "scheme slows this 48-request batch cannot be judged; unseen is not 'none'."),
+        verdict=(
+            "The quantization method was not observed (the checkpoint carries it), so whether a weight-only "
+            "scheme slows this 48-request batch cannot be judged; unseen is not 'none'."
+        ),
         pitfalls={"weight-only-quantization": None},
         not_recommended=("quantization",),
         classes=("unknown",),
@@ -143,13 +187,19 @@ SCENARIOS = [
             "prefill is always enabled by default'."
         ),
         evidence={
-            "engine.name": "vllm", "engine.version": "0.9.1",
-            "config.chunked_prefill": None, "config.max_num_batched_tokens": None,
-            "interference.itl_inflation": None, "interference.prompt_itl_correlation": None,
-            "decode.itl_p50_s": 0.014, "decode.itl_p99_s": 0.09,
+            "engine.name": "vllm",
+            "engine.version": "0.9.1",
+            "config.chunked_prefill": None,
+            "config.max_num_batched_tokens": None,
+            "interference.itl_inflation": None,
+            "interference.prompt_itl_correlation": None,
+            "decode.itl_p50_s": 0.014,
+            "decode.itl_p99_s": 0.09,
         },
-        verdict=("Chunked prefill is on in any vLLM V1 server, so recommending '--enable-chunked-prefill' is "
-                 "wrong; whether its chunk bounds the stall was not measured: on and unverified."),
+        verdict=(
+            "Chunked prefill is on in any vLLM V1 server, so recommending '--enable-chunked-prefill' is "
+            "wrong; whether its chunk bounds the stall was not measured: on and unverified."
+        ),
         statuses={"chunked-prefill": "on-unverified"},
         not_recommended=("chunked-prefill", "pd-disaggregation"),
         classes=("unknown",),
@@ -163,16 +213,23 @@ SCENARIOS = [
             "with PROMETHEUS_MULTIPROC_DIR set (per an LMCache contributor, following the thread in #621)."
         ),
         evidence={
-            "engine.name": "vllm", "engine.model": "Qwen/Qwen2.5-7B-Instruct",
-            "config.kv_offload": True, "config.prefix_caching": True,
+            "engine.name": "vllm",
+            "engine.model": "Qwen/Qwen2.5-7B-Instruct",
+            "config.kv_offload": True,
+            "config.prefix_caching": True,
             # From the trace: an unlimited cache would serve 60% of prompt tokens, an LRU cache of the
             # GPU's size 31%; the GPU-local hit rate alone cannot show what the offload tier adds.
-            "prefix.potential_fraction": 0.60, "prefix.lru_fraction_at_capacity": 0.31,
-            "prefix.hit_rate": 0.29, "prefix.queried_tokens": 5_200_000, "trace.requests": 20_000,
+            "prefix.potential_fraction": 0.60,
+            "prefix.lru_fraction_at_capacity": 0.31,
+            "prefix.hit_rate": 0.29,
+            "prefix.queried_tokens": 5_200_000,
+            "trace.requests": 20_000,
         },
-        verdict=("The GPU prefix cache hits what its size allows (29% against 31% for an LRU cache of that "
-                 "size); what the CPU tier adds is unmeasured: offload is on and unverified (external hit "
-                 "counters would verify it), not 'not working'."),
+        verdict=(
+            "The GPU prefix cache hits what its size allows (29% against 31% for an LRU cache of that "
+            "size); what the CPU tier adds is unmeasured: offload is on and unverified (external hit "
+            "counters would verify it), not 'not working'."
+        ),
         statuses={"kv-offload": "on-unverified", "prefix-caching": "in-place"},
         classes=("unknown",),
     ),
@@ -186,14 +243,19 @@ SCENARIOS = [
             "its hit-rate gauge with queries and hits counters."
         ),
         evidence={
-            "engine.name": "sglang", "engine.version": "0.4.5.post3",
+            "engine.name": "sglang",
+            "engine.version": "0.4.5.post3",
             "config.prefix_caching": True,
-            "prefix.hit_rate": _SGLANG_GAUGE_ZEROS, "prefix.queried_tokens": None,
-            "prefix.potential_fraction": 0.45, "prefix.lru_fraction_at_capacity": 0.43,
+            "prefix.hit_rate": _SGLANG_GAUGE_ZEROS,
+            "prefix.queried_tokens": None,
+            "prefix.potential_fraction": 0.45,
+            "prefix.lru_fraction_at_capacity": 0.43,
             "trace.requests": 8000,
         },
-        verdict=("A gauge that resets to 0 after every decode says nothing about hits: the radix cache is on "
-                 "and unverified, not broken; hit and query counters (or the active prefix experiment) would tell."),
+        verdict=(
+            "A gauge that resets to 0 after every decode says nothing about hits: the radix cache is on "
+            "and unverified, not broken; hit and query counters (or the active prefix experiment) would tell."
+        ),
         statuses={"prefix-caching": "on-unverified"},
         not_recommended=("kv-offload",),
         classes=("unknown", "confidence"),

@@ -22,8 +22,10 @@ def _expected(s: Scenario) -> str:
     parts += [f"{q} answers {a}" for q, a in s.answers.items() if q not in s.verdicts]
     parts += [f"{t}: {st}" for t, st in s.statuses.items()]
     parts += [f"not {t}" for t in s.not_recommended]
-    parts += [f"pitfall {p} {'detected' if d else 'not detected' if d is False else 'unchecked'}"
-              for p, d in s.pitfalls.items()]
+    parts += [
+        f"pitfall {p} {'detected' if d else 'not detected' if d is False else 'unchecked'}"
+        for p, d in s.pitfalls.items()
+    ]
     parts += [f"{q} confidence <= {c}" for q, c in s.max_confidence.items()]
     parts += [f"flags {k}" for k in s.sanity_keys]
     parts += [f"does not flag {k}" for k in s.not_flagged]
@@ -53,8 +55,10 @@ def row(s: Scenario) -> tuple[bool, str]:
     if s.known_wrong and agrees:
         wrong = ["marked known wrong, but agrees: remove known_wrong"]
     got = head + ("; agrees" if not wrong else f"; DIFFERS{known}: " + "; ".join(wrong))
-    return agrees and not s.known_wrong, (f"| `{s.id}`: {_cell(s.title)} | [{_cell(s.source)}]({s.source}) | "
-                                          f"{_cell(s.verdict)} | {_cell(_expected(s))} | {_cell(got)} |")
+    return agrees and not s.known_wrong, (
+        f"| `{s.id}`: {_cell(s.title)} | [{_cell(s.source)}]({s.source}) | "
+        f"{_cell(s.verdict)} | {_cell(_expected(s))} | {_cell(got)} |"
+    )
 
 
 def render() -> str:

@@ -1,5 +1,0 @@
-import sys
-
-from diagnose.cli import main
-
-sys.exit(main())

@@ -1,0 +1,45 @@
+"""Capacity planning: a measured performance model, goodput, and replicas for a target rate.
+
+    model = fit_step_model(records, limits)                 # llm_diagnose.diagnose.capacity.fit
+    prediction = predict_goodput(items, model, limits, slo, low_rps=0.1, high_rps=100, steps=10)
+    plan = plan_capacity(items, model, limits, slo, target_rps=40, techniques=("prefix-caching",))
+
+`simulate` is the continuous-batching replica the model drives; `validate_model` states the
+model's error on held-back measurements; `llm_diagnose.probes.experiments.goodput` is the live search.
+"""
+
+from llm_diagnose.diagnose.capacity.fit import fit_step_model
+from llm_diagnose.diagnose.capacity.goodput import (
+    at_rate,
+    items_from_records,
+    items_from_trace,
+    predict_goodput,
+    slo_judge,
+    values_from_records,
+)
+from llm_diagnose.diagnose.capacity.model import ModelError, StepModel
+from llm_diagnose.diagnose.capacity.plan import CapacityPlan, MeasuredGoodput, Scenario, plan_capacity, replicas_needed
+from llm_diagnose.diagnose.capacity.simulate import EngineLimits, SimRequest, simulate
+from llm_diagnose.diagnose.capacity.validate import ModelValidation, validate_model
+
+__all__ = [
+    "fit_step_model",
+    "at_rate",
+    "items_from_records",
+    "items_from_trace",
+    "predict_goodput",
+    "slo_judge",
+    "values_from_records",
+    "ModelError",
+    "StepModel",
+    "CapacityPlan",
+    "MeasuredGoodput",
+    "Scenario",
+    "plan_capacity",
+    "replicas_needed",
+    "EngineLimits",
+    "SimRequest",
+    "simulate",
+    "ModelValidation",
+    "validate_model",
+]

@@ -1,0 +1,217 @@
+"""Running the probes against a target and writing the run folder.
+
+This is the only module of `diagnose` that runs probes; everything else judges evidence.
+A run folder holds, as they are produced:
+
+- `metrics.jsonl`: every raw scrape, appended and flushed as it is taken;
+- `requests.jsonl`, `events.jsonl`: per-request records of active experiments (with --active);
+- `evidence.json`, `diagnosis.json`, `summary.txt`: written at the end, also after a fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llm_diagnose.diagnose.errors import TargetError, UsageError
+from llm_diagnose.diagnose.report import console
+from llm_diagnose.diagnose.runfolder import DIAGNOSIS, EVIDENCE, METRICS, SUMMARY, UnsafePathError, write_atomic
+from llm_diagnose.diagnose.tree import diagnose
+from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
+from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+from llm_diagnose.diagnose.tree.slo import SLO
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
+from llm_diagnose.probes import discovery, nvml
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.http import InvalidTargetURL, ProbeHTTPError, make_session, normalize_base_url, redact_url
+from llm_diagnose.probes.metrics.passive import passive_evidence
+from llm_diagnose.probes.metrics.scraper import scrape_window
+from llm_diagnose.probes.metrics.window import ScrapeRecord, Window
+from llm_diagnose.probes.results import Result
+from llm_diagnose.probes.torch_probe.evidence import evidence_from_window as torch_probe_evidence
+
+__all__ = ["RunPlan", "RunResult", "run_target", "finish_run", "window_restarts", "evidence_from_scrapes"]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    url: str
+    out_dir: Path
+    duration_s: float = 30.0
+    interval_s: float = 1.0
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    extra_items: dict = field(default_factory=dict)  # declared facts
+    metrics_url: str | None = None  # default: URL/metrics; the PyTorch probe's side port, for instance
+    trace: Path | None = None  # a trace of the workload, analysed with the server's block size
+    trace_format: str = "auto"
+    block_size: int | None = None
+    kv_capacity_tokens: int | None = None
+    slo: SLO = field(default_factory=SLO)  # the service-level objectives the diagnosis is judged against
+
+
+@dataclass(frozen=True)
+class RunResult:
+    evidence: Evidence
+    diagnosis: Diagnosis
+    out_dir: Path
+    partial: str = ""  # why the run ended early, "" when it did not
+    restarts: tuple[float, ...] = ()  # unix times of the pages where the server had restarted
+
+
+def window_restarts(window: Window) -> tuple[float, ...]:
+    """The unix times of the pages at which the server had restarted since the page before:
+    a counter series went down, or its `_created` timestamp changed."""
+    ok = window.ok_records
+    out = []
+    for a, b in zip(ok, ok[1:]):
+        assert a.scrape is not None and b.scrape is not None
+        before, after = a.scrape, b.scrape
+        restarted = any(before.created.get(key, t) != t for key, t in after.created.items())
+        for name, kind in after.types.items():
+            if restarted:
+                break
+            if kind != "counter":
+                continue
+            prev = {s.labels: s.value for s in before.samples.get(name, ())}
+            restarted = any(s.value < prev.get(s.labels, -math.inf) for s in after.samples.get(name, ()))
+        if restarted:
+            out.append(b.t_wall)
+    return tuple(out)
+
+
+def _restart_line(restarts: tuple[float, ...]) -> str:
+    if not restarts:
+        return ""
+    when = ", ".join(time.strftime("%H:%M:%S UTC", time.gmtime(t)) for t in restarts[:5])
+    more = f" and {len(restarts) - 5} more" if len(restarts) > 5 else ""
+    return (
+        f"SERVER RESTARTED in the window ({len(restarts)} time(s): first seen at {when}{more}): counters went "
+        "back to zero; increases are counted from zero after each restart (as Prometheus rate() does), and "
+        "gauges and configuration are those of the server after it. Rerun on a server that stays up "
+        "for a clean window."
+    )
+
+
+def evidence_from_scrapes(run_dir: Path) -> Evidence:
+    """Evidence rebuilt from a run folder's metrics.jsonl alone: what an interrupted run (Ctrl-C,
+    a killed process) leaves behind. Passive evidence only; the window is marked incomplete."""
+    path = Path(run_dir) / METRICS
+    try:
+        window = Window.from_jsonl(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    if not window.ok_records:
+        raise UsageError(f"{path} holds no readable scrape ({window.describe()}): nothing to diagnose")
+    window = dataclasses.replace(
+        window, stopped_early=f"the run did not finish (no {EVIDENCE}): evidence rebuilt from {METRICS}"
+    )
+    return Evidence(Target(url=window.source, label=Path(run_dir).name), passive_evidence(window))
+
+
+async def _collect(
+    plan: RunPlan, on_sample: Callable[[ScrapeRecord, int], None] | None, active: Callable | None
+) -> tuple[dict[str, Result], str, tuple[float, ...]]:
+    base = normalize_base_url(plan.url)
+    async with make_session() as session:
+        found = await discovery.discover(base, metrics_url=plan.metrics_url, session=session)
+        scrape = scrape_window(
+            found.metrics_url,
+            plan.duration_s,
+            interval_s=plan.interval_s,
+            run_dir=plan.out_dir,
+            on_sample=on_sample,
+            session=session,
+        )
+        if active is None:
+            window: Window = await scrape
+            active_items: dict[str, Result] = {}
+        else:
+            window, active_items = await asyncio.gather(scrape, active(base, found, plan.out_dir))
+    items: dict[str, Result] = dict(found.facts)
+    items.update(passive_evidence(window, found))
+    items.update(torch_probe_evidence(window))  # {} unless the page is the PyTorch probe's side port
+    items.update(nvml.memory_evidence(engine=items))
+    items.update(active_items)
+    items.update(
+        trace_items_for(
+            items, plan.trace, plan.trace_format, block_size=plan.block_size, kv_capacity_tokens=plan.kv_capacity_tokens
+        )
+    )
+    return items, window.stopped_early or "", window_restarts(window)
+
+
+def trace_items_for(
+    items: Mapping[str, Result],
+    trace: Path | None,
+    fmt: str = "auto",
+    *,
+    block_size: int | None = None,
+    kv_capacity_tokens: int | None = None,
+) -> dict[str, Result]:
+    """Evidence from a trace, simulated with the server's own block size and KV capacity where
+    the evidence knows them and the caller did not say. A bad trace is a usage error naming
+    the file and line."""
+    if trace is None:
+        return {}
+    from llm_diagnose.probes.traces import TraceError, analyze_trace
+
+    block_size = block_size or _positive_int(items.get(Q.BLOCK_SIZE))
+    kv_capacity_tokens = kv_capacity_tokens or _positive_int(items.get(Q.KV_CAPACITY_TOKENS))
+    try:
+        analysis = analyze_trace(trace, fmt=fmt, block_size=block_size, kv_capacity_tokens=kv_capacity_tokens)
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read the trace {trace}: {exc.strerror or exc}") from None
+    return analysis.evidence_items()
+
+
+def _positive_int(result: Result | None) -> int | None:
+    value = getattr(result, "value", None)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    return int(value)
+
+
+def finish_run(
+    plan: RunPlan, items: dict[str, Result], partial: str = "", restarts: tuple[float, ...] = ()
+) -> RunResult:
+    """Diagnose what was collected and write evidence, diagnosis and summary."""
+    evidence = Evidence(Target(url=redact_url(plan.url), label=plan.out_dir.name), items)
+    evidence = evidence.with_items(plan.extra_items)
+    diagnosis = diagnose(evidence, plan.thresholds, slo=plan.slo)
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(plan.out_dir / EVIDENCE, evidence.to_json())
+    write_atomic(plan.out_dir / DIAGNOSIS, diagnosis.to_json())
+    summary = console.render(diagnosis, evidence)
+    if restarts:
+        summary = _restart_line(restarts) + "\n\n" + summary
+    if partial:
+        summary = f"PARTIAL RUN: {partial}\n\n" + summary
+    write_atomic(plan.out_dir / SUMMARY, summary)
+    return RunResult(evidence, diagnosis, plan.out_dir, partial, restarts)
+
+
+def run_target(
+    plan: RunPlan, *, on_sample: Callable[[ScrapeRecord, int], None] | None = None, active: Callable | None = None
+) -> RunResult:
+    """Attach to `plan.url`, collect, diagnose, write the run folder.
+
+    Raises TargetError when nothing can be measured (unreachable, not an LLM server, no
+    metrics). A target that failed mid-run still gives a result, with `partial` saying why.
+    """
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        items, partial, restarts = asyncio.run(_collect(plan, on_sample, active))
+    except InvalidTargetURL as exc:
+        raise UsageError(str(exc)) from None
+    except UnsafePathError as exc:  # a link planted in the run folder while it ran
+        raise UsageError(f"run folder: {exc}") from None
+    except ProbeHTTPError as exc:
+        raise TargetError(str(exc)) from None
+    return finish_run(plan, items, partial, restarts)

@@ -1,0 +1,99 @@
+"""`llm-diagnose gate --baseline RUN --current RUN`: fail CI on a performance regression, not on noise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from llm_diagnose.diagnose.commands.common import add_slo_flags, load_slo, load_thresholds
+from llm_diagnose.diagnose.commands.report import load_run
+from llm_diagnose.diagnose.errors import UsageError
+from llm_diagnose.diagnose.gate import RunData, compare, render_junit, render_text, request_measurements
+from llm_diagnose.diagnose.gate_rules import GateRulesError, load_rules
+from llm_diagnose.diagnose.report import markdown
+from llm_diagnose.diagnose.runfolder import check_out_file, out_path, write_output
+
+EXAMPLE = """example:
+  llm-diagnose gate --baseline runs/main --current runs/pr --junit gate.xml --markdown gate.md
+  llm-diagnose gate --baseline baseline/evidence.json --current runs/pr --rules gate.toml --fail-on-inconclusive
+
+exit codes: 0 no regression; 1 a regression beyond the noise; 2 bad usage or input;
+5 inconclusive (too noisy to decide), only with --fail-on-inconclusive (otherwise 0)"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "gate",
+        help="compare two runs; fail on a regression beyond the noise",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compare a current run with a baseline: latency and throughput quantiles, memory headroom, "
+        "hit rates (bootstrap confidence interval of the change from the raw samples, against a "
+        "tolerance per rule), and the diagnosis itself (new pitfalls, changed answers, newly "
+        "recommended techniques). Rules: see 'llm_diagnose/diagnose/gate_rules.py' or the README.",
+    )
+    p.add_argument("--baseline", required=True, metavar="RUN", help="run folder, evidence.json or diagnosis.json")
+    p.add_argument("--current", required=True, metavar="RUN", help="run folder, evidence.json or diagnosis.json")
+    p.add_argument("--rules", metavar="FILE", help="TOML rules (defaults: built in)")
+    p.add_argument("--thresholds", metavar="FILE", help="TOML thresholds for runs that lack a diagnosis.json")
+    add_slo_flags(p)  # like --thresholds: for runs that lack a diagnosis.json
+    p.add_argument("--junit", type=out_path, metavar="FILE", help="also write JUnit XML here")
+    p.add_argument("--markdown", type=out_path, metavar="FILE", help="also write a Markdown summary here")
+    p.add_argument("--json", type=out_path, metavar="FILE", help="also write the outcomes as JSON here")
+    p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 5 when the runs are too noisy to decide")
+    p.add_argument("--verbose", action="store_true", help="list passing rules too")
+    p.set_defaults(func=run)
+
+
+def _run_data(path: str, thresholds, slo=None) -> tuple[RunData, str]:
+    loaded = load_run(path, thresholds, slo)
+    if loaded.evidence is None:
+        raise UsageError(f"{path}: the gate needs the run's evidence.json (its raw samples), not only a diagnosis")
+    # Per-request samples, where the run was active, join the evidence for the comparison only.
+    evidence = loaded.evidence.with_items(request_measurements(loaded.run_dir))
+    return RunData(evidence, loaded.diagnosis, loaded.label), loaded.note
+
+
+def _slo_text(slo) -> str:
+    if not slo.declared:
+        return "none"
+    parts = [o.label for o in slo.objectives] or [("interactive" if slo.interactive else "offline")]
+    return ", ".join(parts)
+
+
+def _write(path: Path, text: str, flag: str) -> None:
+    write_output(path, text, flag)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        rules = load_rules(args.rules)
+    except GateRulesError as exc:
+        raise UsageError(str(exc)) from None
+    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
+    slo = load_slo(args)
+    for flag in ("junit", "markdown", "json"):  # an output that cannot be written fails before the comparison
+        if getattr(args, flag) is not None:
+            check_out_file(getattr(args, flag), f"--{flag}")
+    baseline, note_b = _run_data(args.baseline, thresholds, slo if slo.declared else None)
+    current, note_c = _run_data(args.current, thresholds, slo if slo.declared else None)
+    # Answers judged against different objectives may differ for that reason alone.
+    note_slo = (
+        ""
+        if baseline.diagnosis.slo.equivalent(current.diagnosis.slo)
+        else (
+            f"the runs were judged against different SLOs (baseline: {_slo_text(baseline.diagnosis.slo)}; current: "
+            f"{_slo_text(current.diagnosis.slo)}): a changed answer may come from that"
+        )
+    )
+    result = compare(baseline, current, rules, notes=tuple(n for n in (note_b, note_c, note_slo) if n))
+    sys.stdout.write(render_text(result, verbose=args.verbose))
+    if args.junit:
+        _write(args.junit, render_junit(result), "--junit")
+    if args.markdown:
+        _write(args.markdown, markdown.render_gate(result), "--markdown")
+    if args.json:
+        _write(args.json, json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n", "--json")
+    return result.exit_code(fail_on_inconclusive=args.fail_on_inconclusive)

@@ -1,0 +1,608 @@
+"""The performance gate: compare a current run with a baseline and tell a regression from noise.
+
+Metric rules (`llm_diagnose.diagnose.gate_rules`). Where both runs hold raw samples of a quantity, the
+gate measures the change of the statistic the key names (the 99th percentile for `*_p99*`,
+the mean for `*_mean`, the median otherwise) and its bootstrap confidence interval: each
+run's samples are resampled with replacement `resamples` times from a seeded generator, the
+change (relative, or absolute where the rule says `tolerance_abs`) is computed per resample,
+and the central `confidence` share of those changes is the interval. Oriented so that
+"worse" is positive, against the rule's tolerance:
+
+- regression: the whole interval is worse than the tolerance;
+- improvement: the whole interval is better than the tolerance;
+- pass: the interval stays within the tolerance on the worse side;
+- inconclusive: the interval straddles the tolerance (the runs are too noisy to say), or a
+  run has fewer than `min_samples` samples, or too few beyond a tail quantile (a p99 needs
+  300 for three samples past it).
+
+Where a run holds only a summary of a median (a histogram's windowed estimate, with the
+median's confidence interval), the change is bounded by the two medians' intervals instead.
+A quantity with neither (a single reading, a ratio of counters, a histogram's tail quantile)
+is compared by value against the tolerance, and its outcome says so: noise is not accounted
+for there. A quantity measured in one run only is inconclusive; in neither, skipped.
+
+The intervals cover the sampling noise within each run. Drift between runs (another tenant
+on the machine, a different host) is not in them: the tolerance has to absorb it.
+
+Diagnosis rules compare the two diagnoses: a newly detected pitfall, an answer that changed,
+a technique newly recommended (or found not working), a technique that was in place and is
+not any more (turned off, or no longer shown to work) are regressions by default. An answer
+that changed between weak answers (confidence at most `min_confidence`) is inconclusive.
+
+`GateResult.exit_code()` follows `llm_diagnose.diagnose.errors.ExitCode`: 0 no regression, 1 regression,
+5 inconclusive when asked to fail on it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from llm_diagnose.diagnose.errors import ExitCode
+from llm_diagnose.diagnose.gate_rules import (
+    REQUEST_E2E_P50,
+    REQUEST_TPOT_P50,
+    REQUEST_TTFT_P50,
+    REQUEST_TTFT_P99,
+    GateRules,
+    MetricRule,
+    statistic_name,
+)
+from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, format_value
+from llm_diagnose.diagnose.runfolder import REQUESTS
+from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUES, Diagnosis
+from llm_diagnose.diagnose.tree.evidence import Evidence
+from llm_diagnose.probes.load.records import read_records
+from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance
+
+__all__ = [
+    "Verdict",
+    "VERDICTS",
+    "RunData",
+    "Outcome",
+    "GateResult",
+    "compare",
+    "compare_metric",
+    "compare_diagnoses",
+    "bootstrap_change",
+    "Statistic",
+    "statistic_of",
+    "request_measurements",
+    "render_text",
+    "render_junit",
+]
+
+Verdict = Literal["regression", "inconclusive", "warning", "improvement", "pass", "skipped"]
+VERDICTS: tuple[Verdict, ...] = ("regression", "inconclusive", "warning", "improvement", "pass", "skipped")
+TAIL_MIN = 3  # samples needed beyond a tail quantile for its bootstrap to mean anything
+_CHUNK_ELEMENTS = 4_000_000  # bootstrap resamples are drawn in chunks of at most this many values
+EXACT_BOOTSTRAP_MAX = 5000  # above this many samples a quantile's bootstrap takes its order-statistic form
+NOTHING_COMPARED = "gate.nothing_compared"  # the outcome of two runs with no compared quantity between them
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One side of the comparison: its evidence, its diagnosis, and what to call it."""
+
+    evidence: Evidence
+    diagnosis: Diagnosis
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    name: str  # an evidence key, or "pitfall:<id>", "answer:<id>", "technique:<id>"
+    kind: Literal["metric", "diagnosis"]
+    verdict: Verdict
+    baseline: str = ""
+    current: str = ""
+    change: str = ""  # e.g. "+12.3% [+8.1%, +16.0%]"
+    tolerance: str = ""
+    detail: str = ""  # how it was judged, in words
+    point: float | None = None  # the change (relative or absolute), for machines
+    interval: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["interval"] = list(self.interval) if self.interval is not None else None
+        return d
+
+
+@dataclass(frozen=True)
+class GateResult:
+    outcomes: tuple[Outcome, ...]
+    rules: GateRules
+    baseline_label: str = "baseline"
+    current_label: str = "current"
+    notes: tuple[str, ...] = field(default=())  # how the inputs were read (e.g. a diagnosis recomputed)
+
+    @property
+    def verdict(self) -> Literal["regression", "inconclusive", "pass"]:
+        verdicts = {o.verdict for o in self.outcomes}
+        return "regression" if "regression" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(o.verdict == v for o in self.outcomes) for v in VERDICTS}
+
+    def ordered(self) -> list[Outcome]:
+        """Worst first; within a verdict, metrics before the diagnosis, in rule order."""
+        rank = {v: i for i, v in enumerate(VERDICTS)}
+        return sorted(self.outcomes, key=lambda o: (rank[o.verdict], o.kind != "metric"))
+
+    def exit_code(self, *, fail_on_inconclusive: bool = False) -> int:
+        if self.verdict == "regression":
+            return ExitCode.REGRESSION
+        if self.verdict == "inconclusive" and fail_on_inconclusive:
+            return ExitCode.INCONCLUSIVE
+        return ExitCode.OK
+
+    def method_note(self) -> str:
+        s = self.rules.settings
+        return (
+            f"Sampled quantities: bootstrap {s.confidence:.0%} confidence interval of the change "
+            f"({s.resamples} resamples, seed {s.seed}, at least {s.min_samples} samples per run); "
+            "medians known only by a summary: bounded by their confidence intervals; "
+            f"others: plain tolerance on the value. Rules: {self.rules.source}."
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "baseline": self.baseline_label,
+            "current": self.current_label,
+            "counts": self.counts(),
+            "method": self.method_note(),
+            "notes": list(self.notes),
+            "outcomes": [o.to_dict() for o in self.ordered()],
+        }
+
+
+# --- per-request samples ------------------------------------------------------------------------
+def request_measurements(run_dir: Path | None) -> dict[str, Measurement]:
+    """Client-side latencies of the completed requests in `run_dir/requests.jsonl`, one sample each.
+
+    `requests.ttft_p50_s` and `requests.ttft_p99_s` (time to first token as the client saw it),
+    `requests.tpot_p50_s` (a request's mean time per output token after its first) and
+    `requests.e2e_p50_s`. Nothing when the folder has no requests.jsonl (a passive run).
+    """
+    path = Path(run_dir) / REQUESTS if run_dir is not None else None
+    if path is None or not path.exists():
+        return {}
+    done = [r for r in read_records(path) if r.completed and r.ttft_s is not None]
+    tpot = [(r.event_times[-1] - r.event_times[0]) / (len(r.event_times) - 1) for r in done if len(r.event_times) > 1]
+    series = {
+        REQUEST_TTFT_P50: [r.ttft_s for r in done],
+        REQUEST_TTFT_P99: [r.ttft_s for r in done],
+        REQUEST_TPOT_P50: tpot,
+        REQUEST_E2E_P50: [r.e2e_s for r in done if r.e2e_s is not None],
+    }
+    # A record edited or damaged into a non-finite time is no sample (read_records skips what is not JSON).
+    series = {key: [v for v in values if math.isfinite(v)] for key, values in series.items()}
+    prov = Provenance("client-per-request", str(path))
+    out = {}
+    for key, values in series.items():
+        if values:
+            out[key] = Measurement(
+                float(statistic_of(key)(values)),
+                "s",
+                prov,
+                samples=tuple(values),
+                note=f"{len(values)} completed requests, timed by the load driver",
+            )
+    return out
+
+
+# --- statistics ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Statistic:
+    """What is compared: the mean, or a quantile `q` in percent (50: the median)."""
+
+    name: str  # "median", "mean", "p99"
+    q: float | None  # None for the mean
+
+    def __call__(self, values, axis=None):
+        return np.mean(values, axis=axis) if self.q is None else np.percentile(values, self.q, axis=axis)
+
+    @property
+    def tail(self) -> bool:
+        return self.q is not None and self.q > 50
+
+
+def statistic_of(key: str, override: str | None = None) -> Statistic:
+    """The statistic a key names (p99 for `*_p99*`, mean for `*_mean`), else the median."""
+    name = statistic_name(key, override)
+    return Statistic(name, None if name == "mean" else 50.0 if name == "median" else float(name[1:]))
+
+
+def _resampled(values: np.ndarray, stat: Statistic, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """The statistic of `resamples` bootstrap resamples of `values`."""
+    n = len(values)
+    if stat.q is not None and n > EXACT_BOOTSTRAP_MAX:
+        # The order-statistic form: a resample's q-quantile is the original sample's order
+        # statistic at a binomial rank (mean (n-1)q, variance ~ n q (1-q)). Same interval to
+        # first order, in O(n log n) instead of O(resamples * n).
+        ranks = rng.binomial(n - 1, stat.q / 100, size=resamples)
+        return np.sort(values)[ranks]
+    out = np.empty(resamples)
+    chunk = max(1, _CHUNK_ELEMENTS // n)
+    for start in range(0, resamples, chunk):
+        k = min(chunk, resamples - start)
+        out[start : start + k] = stat(values[rng.integers(0, n, size=(k, n))], axis=1)
+    return out
+
+
+def _change(base: np.ndarray | float, cur: np.ndarray | float, relative: bool):
+    if not relative:
+        return np.subtract(cur, base)
+    base, cur = np.asarray(base, dtype=float), np.asarray(cur, dtype=float)
+    # A zero base makes a relative change unbounded: +inf or -inf by its sign, 0 when both are zero.
+    fallback = np.where(cur > base, np.inf, np.where(cur < base, -np.inf, 0.0))
+    return np.divide(cur - base, np.abs(base), out=fallback, where=base != 0)
+
+
+def bootstrap_change(
+    base, cur, stat: Statistic, *, relative: bool, resamples: int = 2000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """(point, low, high): the change of `stat` from `base` to `cur`, with its bootstrap interval.
+
+    The interval takes order statistics of the resampled changes (no interpolation, so an
+    infinite change from a zero resample stays infinite instead of becoming NaN).
+    """
+    base, cur = np.asarray(base, dtype=float), np.asarray(cur, dtype=float)
+    rng = np.random.default_rng(seed)
+    changes = np.sort(_change(_resampled(base, stat, resamples, rng), _resampled(cur, stat, resamples, rng), relative))
+    alpha = (1 - confidence) / 2
+    lo = changes[int(math.floor(alpha * (resamples - 1)))]
+    hi = changes[int(math.ceil((1 - alpha) * (resamples - 1)))]
+    return float(_change(stat(base), stat(cur), relative)), float(lo), float(hi)
+
+
+# --- metric rules -------------------------------------------------------------------------------
+def _fmt_change(x: float, relative: bool) -> str:
+    if math.isinf(x):
+        return "+inf" if x > 0 else "-inf"
+    return f"{x:+.1%}" if relative else f"{x:+.4g}"
+
+
+def _judge(worse_lo: float, worse_hi: float, tol: float) -> Verdict:
+    if worse_lo > tol:
+        return "regression"
+    if worse_hi < -tol:
+        return "improvement"
+    return "pass" if worse_hi <= tol else "inconclusive"
+
+
+def _describe(r) -> str:
+    if isinstance(r, Measurement):
+        return format_value(r.value, r.unit) + (f" (n={len(r.samples)})" if len(r.samples) > 1 else "")
+    if isinstance(r, NotMeasured):
+        return "not measured"
+    return "not a measurement" if r is not None else "absent"
+
+
+_WHY = {
+    "regression": "the whole interval is worse than the tolerance",
+    "improvement": "the whole interval is better than the tolerance",
+    "pass": "the interval stays within the tolerance",
+    "inconclusive": "the interval straddles the tolerance: too noisy to tell",
+}
+
+
+def _interval_outcome(
+    common: dict, point: float, lo: float, hi: float, *, sign: float, tol: float, relative: bool, how: str
+) -> Outcome:
+    worse = sorted((sign * lo, sign * hi))
+    verdict = _judge(worse[0], worse[1], tol)
+    return Outcome(
+        verdict=verdict,
+        point=point,
+        interval=(lo, hi),
+        **common,
+        change=f"{_fmt_change(point, relative)} [{_fmt_change(lo, relative)}, {_fmt_change(hi, relative)}]",
+        detail=f"{how}: {_WHY[verdict]}",
+    )
+
+
+def _median_ci(m: Measurement) -> tuple[float, float, float] | None:
+    """(median, CI low, CI high) of a summary-only measurement whose value is its median."""
+    s = m.summary
+    if s is None or s.n < 2 or not math.isclose(m.value, s.median, rel_tol=1e-9, abs_tol=1e-12):
+        return None
+    return s.median, s.ci_low, s.ci_high
+
+
+def compare_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules: GateRules) -> Outcome:
+    """One metric rule: by bootstrap of raw samples, by the medians' intervals of summaries, or by value.
+
+    A regression then becomes what the rule's severity says (a warning, say, on a shared runner).
+    """
+    outcome = _judge_metric(rule, base_ev, cur_ev, rules)
+    severity = rule.severity or rules.settings.severity
+    if outcome.verdict != "regression" or severity == "regression":
+        return outcome
+    note = " (ignored by the rules)" if severity == "ignore" else f" (a {severity} by the rules)"
+    return replace(outcome, verdict=_AS_VERDICT[severity], detail=outcome.detail + note)
+
+
+def _judge_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules: GateRules) -> Outcome:
+    s = rules.settings
+    relative, tol = rule.relative, rule.tolerance_in(s)
+    sign = 1.0 if rule.better == "lower" else -1.0  # worse = sign * change
+    b_raw, c_raw = base_ev.items.get(rule.key), cur_ev.items.get(rule.key)
+    b, c = base_ev.measurement(rule.key), cur_ev.measurement(rule.key)
+    common = dict(
+        name=rule.key,
+        kind="metric",
+        baseline=_describe(b_raw),
+        current=_describe(c_raw),
+        tolerance=rule.describe_tolerance(s),
+    )
+    if b is None and c is None:
+        return Outcome(verdict="skipped", detail="not measured in either run", **common)
+    if b is None or c is None:
+        which, hole = ("baseline", b_raw) if b is None else ("current run", c_raw)
+        why = f": {hole.reason}" if isinstance(hole, NotMeasured) else ""
+        return Outcome(verdict="inconclusive", detail=f"not measured in the {which}{why}", **common)
+    if b.unit != c.unit:
+        return Outcome(verdict="inconclusive", detail=f"units differ ({b.unit} vs {c.unit})", **common)
+    if relative and b.value == 0 and c.value != 0:
+        return Outcome(
+            verdict="inconclusive",
+            **common,
+            detail="the baseline is 0: a relative change is undefined (set tolerance_abs for this key)",
+        )
+    stat = statistic_of(rule.key, rule.statistic)
+    name = stat.name
+    need = max(rule.min_samples or s.min_samples, math.ceil(TAIL_MIN / (1 - stat.q / 100)) if stat.tail else 0)
+    judged = dict(sign=sign, tol=tol, relative=relative)
+
+    if len(b.samples) >= 2 and len(c.samples) >= 2:
+        if min(len(b.samples), len(c.samples)) < need:
+            return Outcome(
+                verdict="inconclusive",
+                **common,
+                detail=f"too few samples for the {name} (baseline {len(b.samples)}, current "
+                f"{len(c.samples)}; needs {need} in each)",
+            )
+        point, lo, hi = bootstrap_change(
+            b.samples, c.samples, stat, relative=relative, resamples=s.resamples, confidence=s.confidence, seed=s.seed
+        )
+        return _interval_outcome(
+            common,
+            point,
+            lo,
+            hi,
+            **judged,
+            how=f"{name} of {len(b.samples)} vs {len(c.samples)} samples, {s.confidence:.0%} bootstrap interval",
+        )
+
+    bm, cm = _median_ci(b), _median_ci(c)
+    if name == "median" and bm is not None and cm is not None:
+        # Only summaries (a histogram's estimates): the change can be bounded by the two medians'
+        # own confidence intervals, which is wider (safer) than an interval of the difference.
+        nb, nc = b.summary.n, c.summary.n  # type: ignore[union-attr]
+        if min(nb, nc) < need:
+            return Outcome(
+                verdict="inconclusive",
+                **common,
+                detail=f"too few observations behind the medians (baseline {nb}, current {nc}; needs {need} in each)",
+            )
+        lo = float(_change(bm[2], cm[1], False)) / (abs(bm[0]) if relative else 1.0)
+        hi = float(_change(bm[1], cm[2], False)) / (abs(bm[0]) if relative else 1.0)
+        return _interval_outcome(
+            common,
+            float(_change(bm[0], cm[0], relative)),
+            lo,
+            hi,
+            **judged,
+            how=f"medians of {nb} vs {nc} observations known only by their summaries, "
+            "interval from the medians' confidence intervals",
+        )
+
+    if b.summary is not None and c.summary is not None and min(b.summary.n, c.summary.n) < need:
+        # A histogram's quantile still says how many observations stand behind it.
+        return Outcome(
+            verdict="inconclusive",
+            **common,
+            detail=f"too few observations behind the {name} (baseline {b.summary.n}, current "
+            f"{c.summary.n}; needs {need} in each)",
+        )
+    change = float(_change(b.value, c.value, relative))
+    which = "either run" if not b.samples and not c.samples else "one run"
+    return Outcome(
+        verdict=_judge(sign * change, sign * change, tol),
+        change=_fmt_change(change, relative),
+        point=change,
+        **common,
+        detail=f"no raw samples in {which}: values compared with a plain tolerance (noise not accounted for)",
+    )
+
+
+# --- diagnosis rules ------------------------------------------------------------------------------
+_AS_VERDICT: dict[str, Verdict] = {
+    "regression": "regression",
+    "inconclusive": "inconclusive",
+    "warning": "warning",
+    "ignore": "pass",
+}
+
+
+def _severity(setting: str, detail: str, name: str, baseline: str, current: str) -> Outcome:
+    suffix = " (ignored by the rules)" if setting == "ignore" else ""
+    return Outcome(name, "diagnosis", _AS_VERDICT[setting], baseline, current, detail=detail + suffix)
+
+
+def compare_diagnoses(base: Diagnosis, cur: Diagnosis, rules: GateRules) -> list[Outcome]:
+    r = rules.diagnosis
+    out: list[Outcome] = []
+    b_pit, c_pit = {p.pitfall: p for p in base.pitfalls}, {p.pitfall: p for p in cur.pitfalls}
+    shown = {True: "detected", False: "not detected", None: "not checkable"}
+    for pid in PITFALLS:
+        b = b_pit[pid].detected if pid in b_pit else None
+        c = c_pit[pid].detected if pid in c_pit else None
+        name, bs, cs = f"pitfall:{pid}", shown[b], shown[c]
+        if c is True and b is not True:
+            out.append(_severity(r.new_pitfall, f"newly detected: {c_pit[pid].explanation}", name, bs, cs))
+        elif b is True and c is False:
+            out.append(Outcome(name, "diagnosis", "improvement", bs, cs, detail="no longer detected"))
+        elif b is True and c is None:
+            out.append(_severity(r.unknown_answer, "detected before, not checkable now", name, bs, cs))
+        else:
+            out.append(
+                Outcome(
+                    name,
+                    "diagnosis",
+                    "pass",
+                    bs,
+                    cs,
+                    detail="detected in both runs (not new)" if b and c else "unchanged",
+                )
+            )
+    b_ans, c_ans = {a.question: a for a in base.answers}, {a.question: a for a in cur.answers}
+    for q in QUESTIONS:
+        b = b_ans[q].answer if q in b_ans else "unknown"
+        c = c_ans[q].answer if q in c_ans else "unknown"
+        name = f"answer:{q}"
+        if b == c:
+            out.append(Outcome(name, "diagnosis", "pass", b, c, detail="unchanged"))
+        elif "unknown" in (b, c):
+            why = c_ans[q].rationale if q in c_ans else "not answered"
+            out.append(_severity(r.unknown_answer, f"answer {b} -> {c}: {why}", name, b, c))
+        elif (sure := min(b_ans[q].confidence, c_ans[q].confidence)) <= r.min_confidence:
+            # A flip between weak answers (a passive correlation, thin evidence) is noise until shown otherwise.
+            out.append(
+                _severity(
+                    r.unknown_answer,
+                    f"answer changed {b} -> {c} at low confidence ({sure:.2f} <= "
+                    f"{r.min_confidence:g}): {c_ans[q].rationale}",
+                    name,
+                    b,
+                    c,
+                )
+            )
+        else:
+            out.append(_severity(r.changed_answer, f"answer changed {b} -> {c}: {c_ans[q].rationale}", name, b, c))
+    b_rec = {x.technique: x.status for x in base.recommendations}
+    c_rec = {x.technique: x for x in cur.recommendations}
+    for t in TECHNIQUES:
+        b = b_rec.get(t, "unknown")
+        c = c_rec[t].status if t in c_rec else "unknown"
+        name = f"technique:{t}"
+        if c in ACTIVE_STATUSES and b not in ACTIVE_STATUSES:
+            out.append(_severity(r.new_recommendation, f"now {c}: {c_rec[t].reason}", name, b, c))
+        elif b == "in-place" and c != "in-place":
+            why = c_rec[t].reason if t in c_rec else "not in the current diagnosis"
+            out.append(_severity(r.lost_technique, f"in place before, now {c}: {why}", name, b, c))
+        elif b in ACTIVE_STATUSES and c not in ACTIVE_STATUSES:
+            out.append(Outcome(name, "diagnosis", "improvement", b, c, detail=f"no longer {b}"))
+        else:
+            out.append(Outcome(name, "diagnosis", "pass", b, c, detail="unchanged" if b == c else f"{b} -> {c}"))
+    return out
+
+
+def compare(
+    baseline: RunData, current: RunData, rules: GateRules | None = None, notes: tuple[str, ...] = ()
+) -> GateResult:
+    rules = rules or GateRules()
+    outcomes = [compare_metric(rule, baseline.evidence, current.evidence, rules) for rule in rules.metrics]
+    if outcomes and all(o.verdict == "skipped" for o in outcomes):
+        # Two runs that measured nothing the rules compare agree on nothing: not a pass.
+        outcomes.append(
+            Outcome(
+                NOTHING_COMPARED,
+                "metric",
+                "inconclusive",
+                detail=f"neither run measured any of the {len(rules.metrics)} quantities the rules compare, so no "
+                "performance was compared: check that both runs scraped the server (their summary.txt) and "
+                "rerun them (llm-diagnose run; --active adds per-request latencies)",
+            )
+        )
+    outcomes += compare_diagnoses(baseline.diagnosis, current.diagnosis, rules)
+    return GateResult(tuple(outcomes), rules, baseline.label or "baseline", current.label or "current", notes)
+
+
+# --- outputs --------------------------------------------------------------------------------------
+def render_text(result: GateResult, *, verbose: bool = False) -> str:
+    """The terminal summary: the verdict, then every rule that is not a plain pass (all with verbose)."""
+    out = [
+        f"llm-diagnose gate: {result.verdict.upper()}",
+        f"  baseline: {result.baseline_label}",
+        f"  current:  {result.current_label}",
+        "",
+    ]
+    shown = [o for o in result.ordered() if verbose or o.verdict not in ("pass", "skipped")]
+    width = max((len(o.name) for o in shown), default=0)
+    for o in shown:
+        values = f"{o.baseline} -> {o.current}" if o.baseline or o.current else ""
+        change = f"  change {o.change}" if o.change else ""
+        tol = f"  (tolerance {o.tolerance})" if o.tolerance else ""
+        out.append(f"  {o.verdict:<12} {o.name:<{width}}  {values}{change}{tol}")
+        out.append(f"  {'':<12} {'':<{width}}  {o.detail}")
+    if not shown:
+        out.append("  every rule passed")
+    out.append("")
+    out.append(", ".join(f"{n} {v}" for v, n in result.counts().items() if n))
+    out.extend(result.notes)
+    out.append(result.method_note())
+    return "\n".join(out) + "\n"
+
+
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _x(s: str) -> str:
+    """XML 1.0 cannot carry control characters even escaped: drop them (ElementTree escapes the rest)."""
+    return _XML_INVALID.sub("", s)
+
+
+def render_junit(result: GateResult, *, timestamp: str | None = None, hostname: str | None = None) -> str:
+    """JUnit XML (the Ant format CI systems read): one test case per rule.
+
+    A regression is a <failure>; an inconclusive or skipped rule is <skipped> with the reason;
+    everything else passes, with the figures in <system-out>.
+    """
+    counts = result.counts()
+    failures = counts["regression"]
+    skipped = counts["inconclusive"] + counts["skipped"]
+    stamp = timestamp or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    totals = {
+        "tests": str(len(result.outcomes)),
+        "failures": str(failures),
+        "errors": "0",
+        "skipped": str(skipped),
+        "time": "0",
+    }
+    root = ET.Element("testsuites", {"name": "llm-diagnose gate", **totals})
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        {"name": "llm-diagnose gate", **totals, "timestamp": stamp, "hostname": _x(hostname or socket.gethostname())},
+    )
+    props = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("baseline", result.baseline_label),
+        ("current", result.current_label),
+        ("verdict", result.verdict),
+        ("method", result.method_note()),
+    ):
+        ET.SubElement(props, "property", {"name": name, "value": _x(value)})
+    for o in result.outcomes:
+        case = ET.SubElement(
+            suite, "testcase", {"classname": f"llm-diagnose.gate.{o.kind}", "name": _x(o.name), "time": "0"}
+        )
+        summary = _x(f"{o.verdict}: {o.baseline} -> {o.current} {o.change} (tolerance {o.tolerance}); {o.detail}")
+        if o.verdict == "regression":
+            ET.SubElement(case, "failure", {"type": "regression", "message": _x(o.detail)}).text = summary
+        elif o.verdict in ("inconclusive", "skipped"):
+            ET.SubElement(case, "skipped", {"message": _x(f"{o.verdict}: {o.detail}")})
+        ET.SubElement(case, "system-out").text = summary
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

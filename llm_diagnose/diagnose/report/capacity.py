@@ -1,0 +1,182 @@
+"""The capacity-plan section of the reports: a table of scenarios and a plot of goodput against replicas.
+
+It renders the plan as `llm-diagnose plan` wrote it (`capacity-plan.json`, the dict of
+`CapacityPlan.to_dict()`), so a report needs no model or simulation to show it. Every string
+is escaped by the format's own helpers (html.escape, markdown.cell) before it is laid out.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from pathlib import Path
+
+from llm_diagnose.diagnose.report.svg import BLUE, GREEN, GREY, ORANGE, PURPLE, Chart
+
+__all__ = ["PLAN_FILE", "load_plan", "console_text", "markdown_lines", "html_section", "goodput_svg"]
+
+PLAN_FILE = "capacity-plan.json"
+_COLORS = (BLUE, GREEN, ORANGE, PURPLE)
+
+
+def load_plan(run_dir: Path | None) -> dict | None:
+    """The plan in a run folder, or None (none written, or unreadable: a report still renders without it)."""
+    if run_dir is None or not (run_dir / PLAN_FILE).is_file():
+        return None
+    try:
+        data = json.loads((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("scenarios"), list) else None
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}/s"
+
+
+def _rows(plan: dict) -> list[list[str]]:
+    rows = []
+    for s in plan["scenarios"]:
+        g = s["goodput_per_replica_rps"]
+        bound = {"at-least": "at least ", "below-range": "below "}.get(s["bound"], "")
+        rows.append(
+            [
+                s["name"],
+                f"{bound}{_rate(g)}" if g is not None else "no rate in range",
+                "-" if s["replicas"] is None else str(s["replicas"]),
+                "-" if s["gpus"] is None else str(s["gpus"]),
+                s["assumption"],
+            ]
+        )
+    return rows
+
+
+def _error_text(plan: dict) -> str:
+    err = plan.get("model_error")
+    if not err or err.get("max_abs_error") is None:
+        return "model error: not validated (no held-back measurements)"
+    return f"model error against what the server did (held-back requests), {err['summary']}"
+
+
+def _measured_text(plan: dict) -> str | None:
+    m = plan.get("measured_goodput")
+    if not m or not m.get("measured"):
+        return None
+    live, pred = m["measured"], m.get("predicted") or {}
+
+    def one(s: dict) -> str:
+        if s["bound"] == "below-range":
+            return f"below {min(t['rate_rps'] for t in s['trials']):.3g}/s"
+        return ("at least " if s["bound"] == "at-least" else "") + _rate(s["goodput_rps"])
+
+    return (
+        f"goodput of one replica, same workload and SLO: measured {one(live)} "
+        f"({len(live['trials'])} live trials), predicted {one(pred) if pred else '-'}"
+    )
+
+
+def console_text(plan: dict) -> str:
+    out = [
+        f"Capacity plan for {plan['target_rps']:g} requests/s under {', '.join(plan['slo'])}",
+        f"  workload: {plan['workload']}",
+        f"  model: step = {plan['model']['fixed_s'] * 1e3:.3f} ms + {plan['model']['per_seq_s'] * 1e3:.4f} ms x "
+        f"sequences + {plan['model']['per_prefill_token_s'] * 1e6:.3f} us x prefill tokens; front end "
+        f"{plan['model']['request_overhead_s'] * 1e3:.2f} ms per request, one at a time, and "
+        f"{plan['model'].get('request_latency_s', 0.0) * 1e3:.2f} ms of overlapping latency",
+        f"  {_error_text(plan)}",
+        f"  GPUs per replica: {plan['tensor_parallel_size']} ({plan['tensor_parallel_source']})",
+    ]
+    if (m := _measured_text(plan)) is not None:
+        out.append(f"  {m}")
+    out.append("")
+    width = max(len(r[0]) for r in _rows(plan))
+    out.append(f"  {'scenario':<{width}}  {'goodput/replica':>16}  {'replicas':>8}  {'GPUs':>5}  assumption")
+    for name, g, reps, gpus, why in _rows(plan):
+        out.append(f"  {name:<{width}}  {g:>16}  {reps:>8}  {gpus:>5}  {why}")
+    out.append("")
+    out += [f"  assumes: {a}" for a in plan.get("assumptions", [])]
+    out += [f"  note: {n}" for n in plan.get("notes", [])]
+    return "\n".join(out) + "\n"
+
+
+def markdown_lines(plan: dict) -> list[str]:
+    from llm_diagnose.diagnose.report.markdown import cell, text
+
+    out = [
+        "### Capacity plan",
+        "",
+        text(
+            f"Target {plan['target_rps']:g} requests/s under {', '.join(plan['slo'])}; workload "
+            f"{plan['workload']}; {plan['tensor_parallel_size']} GPU(s) per replica "
+            f"({plan['tensor_parallel_source']})."
+        ),
+        "",
+        text(_error_text(plan)) + ".",
+        "",
+    ]
+    if (m := _measured_text(plan)) is not None:
+        out += [text(m) + ".", ""]
+    out += ["| scenario | goodput per replica | replicas | GPUs | assumption |", "|---|---|---|---|---|"]
+    out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in _rows(plan)]
+    out += [""] + [f"- {text(a)}" for a in plan.get("assumptions", []) + plan.get("notes", [])] + [""]
+    return out
+
+
+def goodput_svg(plan: dict) -> str | None:
+    """Goodput of R replicas against R, one line per scenario, with the target as a horizontal line."""
+    lines = []
+    for s in plan["scenarios"]:
+        g = s["goodput_per_replica_rps"]
+        if g:
+            lines.append((s["name"], g))
+    if not lines:
+        return None
+    needed = [s["replicas"] for s in plan["scenarios"] if s["replicas"]]
+    top = max(4, min(64, max(needed, default=1) + 1))
+    target = plan["target_rps"]
+    ymax = max(max(g * top for _, g in lines), target) * 1.08
+    chart = Chart(
+        "Goodput against replicas",
+        "replicas",
+        "goodput (requests/s meeting the SLO)",
+        (0.5, top + 0.5),
+        (0, ymax),
+        x_ticks=list(range(1, top + 1, max(1, top // 10))),
+    )
+    chart.hline(target, GREY, label=f"target {target:g}/s")
+    for (name, g), color in zip(lines, _COLORS * 4):
+        xs = list(range(1, top + 1))
+        chart.line(xs, [r * g for r in xs], color, label=f"{name} ({g:.3g}/s per replica)")
+        chart.points(xs, [r * g for r in xs], color, r=2.6, opacity=1)
+    return chart.svg()
+
+
+def html_section(plan: dict) -> str:
+    rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in _rows(plan))
+    table = (
+        "<table><thead><tr><th>scenario</th><th>goodput per replica</th><th>replicas</th><th>GPUs</th>"
+        f"<th>assumption</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+    plot = goodput_svg(plan)
+    figure = (
+        (
+            f'<figure id="fig-goodput-replicas" class="drawn"><h3>Goodput against replicas</h3>{plot}'
+            "<figcaption>R replicas sustain R x one replica's goodput (random load balancing of Poisson "
+            "arrivals)</figcaption></figure>"
+        )
+        if plot
+        else ""
+    )
+    measured = _measured_text(plan)
+    notes = "".join(f"<li>{escape(x)}</li>" for x in plan.get("assumptions", []) + plan.get("notes", []))
+    return (
+        f'<section id="capacity-plan"><h2>Capacity plan</h2>'
+        f"<p>Target <strong>{plan['target_rps']:g} requests/s</strong> under "
+        f"{escape(', '.join(plan['slo']))}; workload {escape(plan['workload'])}; "
+        f"{escape(str(plan['tensor_parallel_size']))} GPU(s) per replica "
+        f"({escape(plan['tensor_parallel_source'])}).</p><p>{escape(_error_text(plan))}.</p>"
+        + (f"<p>{escape(measured)}.</p>" if measured else "")
+        + table
+        + figure
+        + f"<ul>{notes}</ul></section>"
+    )

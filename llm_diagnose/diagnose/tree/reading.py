@@ -1,0 +1,142 @@
+"""Reading evidence for one node of the tree, and recording what was read.
+
+A `Reading` wraps the evidence and the thresholds for one question or pitfall check. Every
+value it hands out is recorded (the keys used), every hole is recorded (the missing keys,
+with the probe's reason), and every comparison against a named threshold is recorded, so
+an answer can never claim more than it looked at.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from llm_diagnose.diagnose.tree.diagnosis import Answer, Comparison, Missing
+from llm_diagnose.diagnose.tree.evidence import Evidence
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
+from llm_diagnose.probes.results import Fact, Measurement, NotMeasured
+
+_OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+
+class Reading:
+    def __init__(self, evidence: Evidence, thresholds: Thresholds) -> None:
+        self.evidence = evidence
+        self.thresholds = thresholds
+        self.used: list[str] = []
+        self.missing: list[Missing] = []
+        self.comparisons: list[Comparison] = []
+
+    # --- values ------------------------------------------------------------------------
+    def _note_missing(self, key: str) -> None:
+        result = self.evidence.get(key)
+        reason = result.reason if isinstance(result, NotMeasured) else "present but not of the expected kind"
+        hint = result.hint if isinstance(result, NotMeasured) else ""
+        if all(m.evidence != key for m in self.missing):
+            self.missing.append(Missing(key, reason, hint))
+
+    def _use(self, key: str) -> None:
+        if key not in self.used:
+            self.used.append(key)
+
+    def num(self, key: str) -> float | None:
+        """A numeric value (a Measurement, or a numeric Fact), or None (recorded as missing)."""
+        r = self.evidence.get(key)
+        if isinstance(r, Measurement):
+            self._use(key)
+            return r.value
+        if isinstance(r, Fact) and isinstance(r.value, (int, float)) and not isinstance(r.value, bool):
+            self._use(key)
+            return float(r.value)
+        self._note_missing(key)
+        return None
+
+    def flag(self, key: str) -> bool | None:
+        r = self.evidence.get(key)
+        if isinstance(r, Fact) and isinstance(r.value, bool):
+            self._use(key)
+            return r.value
+        self._note_missing(key)
+        return None
+
+    def text(self, key: str) -> str | None:
+        r = self.evidence.get(key)
+        if isinstance(r, Fact) and isinstance(r.value, str):
+            self._use(key)
+            return r.value
+        self._note_missing(key)
+        return None
+
+    def measurement(self, key: str) -> Measurement | None:
+        return self.evidence.measurement(key)
+
+    # --- comparisons -------------------------------------------------------------------
+    def compare(self, key: str, value: float, op: str, threshold: str) -> bool:
+        limit = self.thresholds[threshold]
+        holds = bool(_OPS[op](value, limit))
+        self.comparisons.append(Comparison(threshold, key, float(value), op, float(limit), holds))
+        return holds
+
+    def check(self, key: str, op: str, threshold: str) -> bool | None:
+        """Read `key` and compare it with `threshold`; None when the key is missing."""
+        value = self.num(key)
+        return None if value is None else self.compare(key, value, op, threshold)
+
+    # --- confidence ----------------------------------------------------------------------
+    def conf(self, rule: str) -> float:
+        """A named confidence rule's value (llm_diagnose.diagnose.tree.thresholds, `confidence.*`)."""
+        return self.thresholds[f"confidence.{rule}"]
+
+    def quality(self, *keys: str) -> float:
+        """1.0 for well-sampled clean measurements over a long enough window; capped by the
+        named rules confidence.thin_samples / warnings / short_window otherwise."""
+        q = 1.0
+        th = self.thresholds
+        for key in keys:
+            m = self.evidence.measurement(key)
+            if m is None:
+                continue
+            if m.summary is not None and m.n < th["evidence.min_samples"]:
+                q = min(q, th["confidence.thin_samples"])
+            if m.warnings:
+                q = min(q, th["confidence.warnings"])
+            # The probe's own wording (llm_diagnose.probes.metrics.passive._reset_warning).
+            if any("counter reset" in w for w in m.warnings):
+                q = min(q, th["confidence.counter_reset"])
+            spread = m.summary.iqr_like_spread if m.summary is not None and m.n >= th["evidence.min_samples"] else None
+            if spread is not None and spread > th["evidence.max_median_spread"]:
+                q = min(q, th["confidence.spread"])
+            window = m.provenance.window_s
+            if window is not None and window < th["evidence.min_window_s"]:
+                q = min(q, th["confidence.short_window"])
+        if self.evidence.fact("live.window_complete") is False and any(self.evidence.measurement(k) for k in keys):
+            q = min(q, th["confidence.short_window"])
+        return q
+
+    def capped(self, base: float, *keys: str) -> float:
+        """`base` under the quality caps of `keys`, taken as ceilings (their documented meaning).
+
+        Only Q1's overload uses it so far; the other answers still multiply base by quality,
+        which turns a ceiling of 0.6 into 0.48 under a 0.8 base (see the closing note of stop 12).
+        """
+        return min(base, self.quality(*keys))
+
+    def answer(
+        self, question: str, title: str, answer: str, confidence: float, rationale: str, verdict: str = ""
+    ) -> Answer:
+        """The answer with everything this reading recorded. It lists as missing only what it
+        did not manage to read: a key another signal made unnecessary is still listed, since
+        measuring it would add confidence."""
+        return Answer(
+            question=question,
+            title=title,
+            answer=answer,  # type: ignore[arg-type]
+            confidence=round(max(0.0, min(1.0, confidence)), 3),
+            rationale=rationale,
+            comparisons=tuple(self.comparisons),
+            evidence=tuple(self.used),
+            missing=tuple(self.missing),
+            verdict=verdict,
+        )
+
+    def missing_except(self, present: set[str]) -> tuple[Missing, ...]:
+        return tuple(m for m in self.missing if m.evidence not in present)

@@ -1,0 +1,326 @@
+"""Active experiments against a live server: plan them, print the plan, run them, get evidence.
+
+    plan = await prepare_plan(url, model, budget)          # GET /v1/models only
+    print(describe_plan(plan))                             # before anything is sent
+    results = await run_experiments(url, model, budget, run_dir, plan=plan, metrics_url=url + "/metrics")
+
+`results` maps evidence keys (llm_diagnose/probes/quantities.py) to Measurements or NotMeasured; an
+experiment that could not run (budget spent, server gone) leaves NotMeasured with the
+reason. Every request is in `run_dir/requests.jsonl` as soon as it ends; experiment events
+(phases, prefill injections) are in `run_dir/events.jsonl`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.experiments.common import (
+    ExperimentContext,
+    ExperimentOutcome,
+    MetricsReader,
+    not_measured,
+    with_warnings,
+)
+from llm_diagnose.probes.experiments.decode import KEYS as DECODE_KEYS
+from llm_diagnose.probes.experiments.decode import run_decode
+from llm_diagnose.probes.experiments.heterogeneity import KEYS as HETEROGENEITY_KEYS
+from llm_diagnose.probes.experiments.heterogeneity import run_heterogeneity
+from llm_diagnose.probes.experiments.interference import KEYS as INTERFERENCE_KEYS
+from llm_diagnose.probes.experiments.interference import run_interference
+from llm_diagnose.probes.experiments.plan import (
+    ALL_EXPERIMENTS,
+    ExperimentPlan,
+    describe_plan,
+    plan_experiments,
+)
+from llm_diagnose.probes.experiments.prefix import KEYS as PREFIX_KEYS
+from llm_diagnose.probes.experiments.prefix import run_prefix
+from llm_diagnose.probes.experiments.spec import KEYS as SPEC_KEYS
+from llm_diagnose.probes.experiments.spec import run_spec
+from llm_diagnose.probes.http import ProbeHTTPError, get_json, make_session, normalize_base_url, redact_url
+from llm_diagnose.probes.load.budget import ActiveBudget, BudgetGuard
+from llm_diagnose.probes.load.client import StreamingClient, StreamTimeouts, is_local_target
+from llm_diagnose.probes.load.health import HealthWindow
+from llm_diagnose.probes.load.prompts import PromptMaker, calibrate_prompts
+from llm_diagnose.probes.load.records import EVENTS_FILE, REQUESTS_FILE, Endpoint, JsonlWriter
+from llm_diagnose.probes.load.runner import Driver
+from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result
+
+__all__ = [
+    "ALL_EXPERIMENTS",
+    "ActiveBudget",
+    "ExperimentPlan",
+    "plan_experiments",
+    "describe_plan",
+    "prepare_plan",
+    "run_experiments",
+    "metrics_reader",
+    "discover_model",
+    "EXPERIMENT_KEYS",
+]
+
+EXPERIMENT_KEYS: dict[str, tuple[str, ...]] = {
+    "decode": DECODE_KEYS,
+    "interference": INTERFERENCE_KEYS,
+    "heterogeneity": HETEROGENEITY_KEYS,
+    "prefix": PREFIX_KEYS,
+    "spec": SPEC_KEYS,
+}
+_RUNNERS = {
+    "decode": run_decode,
+    "interference": run_interference,
+    "heterogeneity": run_heterogeneity,
+    "prefix": run_prefix,
+    "spec": run_spec,
+}
+GRACE_S = 2.0  # past an experiment's cap, the safety net cancels it (it should have stopped itself)
+
+
+async def discover_model(session: aiohttp.ClientSession, base_url: str) -> tuple[str | None, int | None]:
+    """The first served model's name and its max_model_len, from GET /v1/models.
+
+    Raises:
+        TargetUnreachable, HTTPStatusError, NotAnLLMServer: as llm_diagnose.probes.http.get_json.
+    """
+    answer = await get_json(session, base_url + "/v1/models")
+    data = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        return None, None
+    max_len = data[0].get("max_model_len")
+    return data[0].get("id"), int(max_len) if isinstance(max_len, int) else None
+
+
+async def prepare_plan(
+    base_url: str,
+    model: str | None,
+    budget: ActiveBudget,
+    experiments: tuple[str, ...] = ALL_EXPERIMENTS,
+    *,
+    endpoint: Endpoint = "completions",
+) -> ExperimentPlan:
+    """The plan for this server (its max_model_len from GET /v1/models); sends no load."""
+    base = normalize_base_url(base_url)
+    async with make_session() as session:
+        try:
+            served, max_len = await discover_model(session, base)
+        except ProbeHTTPError:
+            served, max_len = None, None  # run_experiments will meet the same failure and record it
+    return plan_experiments(
+        budget,
+        experiments,
+        max_model_len=max_len,
+        endpoint=endpoint,
+        target=redact_url(base),
+        model=model or served or "",
+    )
+
+
+def metrics_reader(session: aiohttp.ClientSession, metrics_url: str) -> MetricsReader:
+    """A MetricsReader over llm_diagnose.probes.metrics' scrape_once (one GET per call, never raises)."""
+    from llm_diagnose.probes.metrics.scraper import scrape_once
+
+    async def read() -> object:
+        record, _, _ = await scrape_once(session, metrics_url)
+        return record
+
+    return read
+
+
+async def run_experiments(
+    base_url: str,
+    model: str | None,
+    budget: ActiveBudget,
+    run_dir: str | Path | None,
+    *,
+    metrics_scraper: MetricsReader | None = None,
+    metrics_url: str | None = None,
+    experiments: tuple[str, ...] = ALL_EXPERIMENTS,
+    plan: ExperimentPlan | None = None,
+    endpoint: Endpoint = "completions",
+    timeouts: StreamTimeouts = StreamTimeouts(),
+    on_result: Callable[[str, dict[str, Result]], None] | None = None,
+    seed: int | None = None,
+) -> dict[str, Result]:
+    """Run the planned experiments within `budget`; evidence items keyed by quantity.
+
+    `plan` (from prepare_plan, already printed) is run as it is; without one, the plan is
+    made here the same way. `metrics_scraper` (or `metrics_url`, read with this run's
+    session) gives the server's counters before and after each experiment. `on_result(name,
+    results)` sees each experiment's results as they come, for a partial diagnosis if the
+    run is interrupted. The budget's clock starts here: set-up calls count against its time;
+    the POST /tokenize also takes one of its requests (GET /v1/models and scrapes are read-only).
+    """
+    guard = BudgetGuard(budget)
+    base = normalize_base_url(base_url)
+    source = redact_url(base)
+    run_path = None if run_dir is None else Path(run_dir)
+    if run_path is not None:
+        run_path.mkdir(parents=True, exist_ok=True)
+    requests_out = JsonlWriter(None if run_path is None else run_path / REQUESTS_FILE)
+    events_out = JsonlWriter(None if run_path is None else run_path / EVENTS_FILE)
+    results: dict[str, Result] = {}
+    local = is_local_target(base)
+    try:
+        async with StreamingClient(base, model or "", timeouts=timeouts) as client:
+            notes: list[str] = []
+            max_len: int | None = None
+            if not model or plan is None:
+                try:
+                    served, max_len = await discover_model(client.session, base)
+                except ProbeHTTPError as exc:
+                    served, max_len = None, None
+                    notes.append(str(exc))
+                client.model = model or served or ""
+            if await guard.admit():  # the POST /tokenize leaves the client: it takes a budget slot
+                prompts, tokenizer_max_len = await calibrate_prompts(client.session, base, client.model)
+            else:
+                prompts, tokenizer_max_len = (
+                    PromptMaker(
+                        source="uncalibrated: the request budget had no slot left for POST /tokenize; about 1.3 "
+                        "tokens per word assumed"
+                    ),
+                    None,
+                )
+            if plan is None:
+                plan = plan_experiments(
+                    budget,
+                    experiments,
+                    max_model_len=max_len or tokenizer_max_len,
+                    endpoint=endpoint,
+                    target=source,
+                    model=client.model,
+                )
+            if metrics_scraper is None and metrics_url:
+                metrics_scraper = metrics_reader(client.session, metrics_url)
+            driver = Driver(client, guard, requests_out)
+            ctx = ExperimentContext(
+                driver,
+                prompts,
+                source,
+                plan.endpoint,
+                events_out,
+                metrics_scraper,
+                plan.max_model_len,
+                random.Random(seed),
+                notes,
+            )
+            events_out.event(
+                "run-start",
+                target=source,
+                model=client.model,
+                budget=budget.describe(),
+                prompts=prompts.describe(),
+                plan=describe_plan(plan),
+            )
+            async with HealthWindow(client.counters, local) as run_health:
+                for name, step in plan.steps:
+                    outcome = await _run_one(name, step, ctx, guard, client, local)
+                    results.update(outcome)
+                    if on_result is not None:
+                        on_result(name, outcome)
+            for name, why in plan.skipped:
+                results.update(
+                    not_measured(
+                        EXPERIMENT_KEYS[name],
+                        f"{name} did not run: {why}",
+                        "raise --budget-requests / --budget-seconds",
+                    )
+                )
+            assert run_health.health is not None
+            results.update(run_health.health.measurements(source))
+            results.update(_run_summary(driver, source, run_health.health.window_s))
+            events_out.event(
+                "run-end",
+                sent=guard.sent,
+                not_sent=driver.not_sent,
+                budget=guard.describe(),
+                server_gone=driver.server_gone,
+                resent_on_closed_connection=client.resent_stale,
+                notes=[*ctx.notes, *client.negotiated],
+            )
+    finally:
+        requests_out.close()
+        events_out.close()
+    return results
+
+
+async def _run_one(
+    name: str, step: object, ctx: ExperimentContext, guard: BudgetGuard, client: StreamingClient, local: bool
+) -> dict[str, Result]:
+    keys = EXPERIMENT_KEYS[name]
+    reason = guard.exhausted()
+    if reason:
+        return not_measured(
+            keys,
+            f"{name} did not run: {reason}",
+            "raise --budget-requests / --budget-seconds"
+            if not ctx.driver.server_gone
+            else "check that the server is up (its log), then run again",
+        )
+    now = time.perf_counter()
+    cap = step.time_cap_s  # type: ignore[attr-defined]
+    deadline = min(guard.deadline, now + cap)
+    ctx.events.event("experiment-start", experiment=name, time_cap_s=round(deadline - now, 3))
+    async with HealthWindow(client.counters, local) as window:
+        try:
+            async with asyncio.timeout(deadline - now + GRACE_S):
+                outcome = await _RUNNERS[name](ctx, step, deadline)  # type: ignore[arg-type, operator]
+        except TimeoutError:
+            outcome = ExperimentOutcome(not_measured(keys, f"{name} did not finish within its {cap:.0f} s"))
+        except Exception as exc:  # noqa: BLE001 - one broken experiment must not lose the others
+            outcome = ExperimentOutcome(not_measured(keys, f"{name} failed: {type(exc).__name__}: {exc}"))
+        finally:
+            await ctx.driver.stop_all(f"{name}: experiment over")
+    assert window.health is not None
+    ctx.events.event("experiment-end", experiment=name, sent=guard.sent, health=window.health.describe())
+    results = dict(outcome.results)
+    if outcome.judge is not None:
+        results.update(outcome.judge(window.health))
+    out = with_warnings(results, window.health.warnings(outcome.median_gap_s))
+    stall = window.health.stall()
+    if stall:  # a hole the client's own stall may explain says so
+        out = {
+            k: replace(v, reason=f"{v.reason}; {stall}", hint=v.hint or "run it again on a less busy host")
+            if isinstance(v, NotMeasured)
+            else v
+            for k, v in out.items()
+        }
+    if ctx.driver.server_gone:
+        out = {
+            k: (NotMeasured(f"{name} was cut short: {ctx.driver.server_gone}") if not isinstance(v, Measurement) else v)
+            for k, v in out.items()
+        }
+    return out
+
+
+def _run_summary(driver: Driver, source: str, window_s: float) -> dict[str, Result]:
+    records = driver.records
+    prov = Provenance(method="active-probe/run", source=source, window_s=window_s)
+    if not records:
+        return not_measured(
+            (Q.ACTIVE_REQUESTS_SENT, Q.ACTIVE_FAILED_FRACTION), driver.server_gone or "no request was sent"
+        )
+    failed = [r for r in records if r.server_fault]
+    kinds: dict[str, int] = {}
+    for r in failed:
+        kinds[r.fault.value] = kinds.get(r.fault.value, 0) + 1  # type: ignore[union-attr]
+    detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])) or "none"
+    return {
+        Q.ACTIVE_REQUESTS_SENT: Measurement(
+            float(len(records)), "count", prov, note=f"{driver.not_sent} more were planned but not sent (budget)"
+        ),
+        Q.ACTIVE_FAILED_FRACTION: Measurement(
+            len(failed) / len(records),
+            "fraction",
+            prov,
+            note=f"faults: {detail}" + (f"; {driver.server_gone}" if driver.server_gone else ""),
+        ),
+    }

@@ -1,0 +1,288 @@
+"""What every experiment shares: its context, the server's counters around it, result helpers.
+
+`ServerDelta` reads the engine's own counters and histograms between two scrapes through
+llm_diagnose/probes/metrics (the engine name tables and the reset-aware Window), so an experiment can set
+what the client saw beside what the server says it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import statistics
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from llm_diagnose.probes.load.faults import FaultKind
+from llm_diagnose.probes.load.health import ClientHealth
+from llm_diagnose.probes.load.prompts import PromptMaker
+from llm_diagnose.probes.load.records import Endpoint, JsonlWriter, RequestRecord
+from llm_diagnose.probes.load.runner import Driver
+from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, Summary
+
+__all__ = [
+    "MetricsReader",
+    "ExperimentContext",
+    "ExperimentOutcome",
+    "ServerDelta",
+    "TIMER",
+    "settled_scrape",
+    "gaps_of",
+    "fault_summary",
+    "ratio_with_bootstrap_ci",
+    "not_measured",
+    "with_warnings",
+    "median_or_none",
+    "burst_warning",
+]
+
+# The scraper the caller passes: an async callable returning one llm_diagnose.probes.metrics ScrapeRecord
+# (llm_diagnose.probes.metrics.scraper.scrape_once gives one); None where a scrape failed.
+MetricsReader = Callable[[], Awaitable[object]]
+
+TIMER = (
+    "time.perf_counter (CLOCK_MONOTONIC), read when a socket read returns and before it is parsed; "
+    "every event of one read shares its time"
+)
+BOOTSTRAP_REPS = 2000
+
+
+@dataclass
+class ExperimentContext:
+    """Everything an experiment needs; built once per run by run_experiments."""
+
+    driver: Driver
+    prompts: PromptMaker
+    source: str  # the redacted server URL
+    endpoint: Endpoint
+    events: JsonlWriter
+    metrics: MetricsReader | None = None
+    max_model_len: int | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    notes: list[str] = field(default_factory=list)
+
+    async def scrape(self) -> object | None:
+        """A settled scrape of the server's metrics, or None (no scraper, or it failed)."""
+        if self.metrics is None:
+            return None
+        try:
+            return await settled_scrape(self.metrics)
+        except Exception as exc:  # noqa: BLE001 - a failed scrape loses the counters, not the run
+            self.notes.append(f"a metrics scrape failed ({type(exc).__name__}: {exc})")
+            return None
+
+    def provenance(self, experiment: str, window_s: float | None = None) -> Provenance:
+        return Provenance(method=f"active-probe/{experiment}", source=self.source, timer=TIMER, window_s=window_s)
+
+
+@dataclass(frozen=True)
+class ExperimentOutcome:
+    """An experiment's results, and the median gap its client timings were judged against.
+
+    `judge`, when given, is called with the client's health over the experiment (known only
+    once it is over) and returns results to add or replace: the decode experiment uses it to
+    say whether a client/server disagreement came from a starved client.
+    """
+
+    results: dict[str, Result]
+    median_gap_s: float | None = None
+    notes: tuple[str, ...] = ()
+    judge: Callable[[ClientHealth], dict[str, Result]] | None = None
+
+
+SETTLE_PAUSE_S = 0.05
+SETTLE_TRIES = 20  # at most a second
+
+
+def _counters(record: object) -> frozenset:
+    """Every counter value and histogram count of a scrape (NaN left out: it never equals itself)."""
+    scrape = getattr(record, "scrape", None)
+    if scrape is None:
+        return frozenset()
+    values = {
+        (name, s.labels, s.value)
+        for name, series in scrape.samples.items()
+        if name.endswith("_total")
+        for s in series
+        if not math.isnan(s.value)
+    }
+    values |= {(name, h.labels, h.count) for name, hs in scrape.histograms.items() for h in hs}
+    return frozenset(values)
+
+
+async def settled_scrape(read: MetricsReader) -> object | None:
+    """A scrape taken once the engine's counters stopped moving (None: no good scrape).
+
+    A response reaches the client before the engine's statistics for it reach /metrics
+    (vLLM ships them from the engine process with later outputs), so a scrape right after
+    the last response can miss its counts: measured, a prefix hit rate of 0.22 where the
+    responses' own cached_tokens said 0.71. Two equal consecutive pages mean it has caught up.
+    """
+    record = await read()
+    for _ in range(SETTLE_TRIES):
+        if not getattr(record, "ok", False):
+            return None
+        await asyncio.sleep(SETTLE_PAUSE_S)
+        again = await read()
+        if getattr(again, "ok", False) and _counters(again) == _counters(record):
+            return again
+        record = again
+    return record if getattr(record, "ok", False) else None
+
+
+class ServerDelta:
+    """What the engine's own metrics say happened between two scrapes.
+
+    `passive()` is llm_diagnose.probes.metrics' passive evidence over the two-scrape window (prefix hit
+    rate, spec-decode acceptance, ...: computed there, once, for every engine);
+    `counter()` and `histogram_mean()` read single concepts the passive keys do not carry.
+    """
+
+    def __init__(self, before: object | None, after: object | None) -> None:
+        self.available = before is not None and after is not None
+        self.engine: str | None = None
+        self._window = None
+        self._passive: dict[str, Result] | None = None
+        if not self.available:
+            return
+        from llm_diagnose.probes.metrics.engines import ENGINE_METRICS, detect_engine
+        from llm_diagnose.probes.metrics.window import Window
+
+        self._window = Window("metrics", (before, after))  # type: ignore[arg-type]
+        self.engine = detect_engine(after.scrape).engine
+        self._table = ENGINE_METRICS.get(self.engine or "", {})
+
+    def passive(self) -> dict[str, Result]:
+        """Passive evidence over the window ({} without two scrapes)."""
+        if self._window is None:
+            return {}
+        if self._passive is None:
+            from llm_diagnose.probes.metrics.passive import passive_evidence
+
+            self._passive = passive_evidence(self._window)
+        return self._passive
+
+    def _selector(self, concept: str):  # type: ignore[no-untyped-def]
+        from llm_diagnose.probes.metrics.engines import Sel
+
+        if self._window is None:
+            return None
+        sel = self._window.resolve(self._table.get(concept, ()))
+        return sel if isinstance(sel, Sel) else None
+
+    def counter(self, concept: str) -> float | None:
+        """The increase of a plain counter concept; None when the engine lacks it."""
+        sel = self._selector(concept)
+        return None if sel is None else self._window.counter(sel).total  # type: ignore[union-attr]
+
+    def histogram_mean(self, concept: str) -> tuple[float, float] | None:
+        """(mean, count) of the observations a histogram concept gained; None when none.
+
+        The mean is exact (the histogram's _sum over its _count), whatever the bucket edges.
+        """
+        sel = self._selector(concept)
+        if sel is None:
+            return None
+        inc = self._window.histogram(sel)  # type: ignore[union-attr]
+        return None if inc.mean is None else (inc.mean, inc.count)
+
+
+# --- helpers on records ----------------------------------------------------------------------
+def gaps_of(records: Iterable[RequestRecord]) -> list[float]:
+    """Inter-token gaps of records whose stream the server did not break.
+
+    A stream we stopped ourselves (phase over) keeps its gaps: every one was measured in full.
+    A stream that failed (cut, timed out) gives none: its last gaps may be the failure itself.
+    """
+    out: list[float] = []
+    for r in records:
+        if r.fault is None or r.fault is FaultKind.STOPPED_BY_CLIENT:
+            out.extend(r.gaps_s)
+    return out
+
+
+def fault_summary(records: Sequence[RequestRecord]) -> str | None:
+    """'3 of 40 requests failed (2 rate-limited, 1 cut-off)', or None when none did."""
+    kinds = Counter(r.fault.value for r in records if r.server_fault and r.fault is not None)
+    if not kinds:
+        return None
+    detail = ", ".join(f"{n} {k}" for k, n in kinds.most_common())
+    return f"{sum(kinds.values())} of {len(records)} requests failed ({detail}); they are excluded, not counted as fast"
+
+
+BURST_GAP_S = 50e-6  # gaps this short mean two events came out of one socket read
+BURST_SHARE = 0.2
+
+
+def burst_warning(gaps: Sequence[float]) -> str | None:
+    """A warning when many gaps are ~0: events arrived together, so gaps are not step times."""
+    if not gaps:
+        return None
+    share = sum(g < BURST_GAP_S for g in gaps) / len(gaps)
+    if share < BURST_SHARE:
+        return None
+    return (
+        f"{share:.0%} of the gaps are under {BURST_GAP_S * 1e6:.0f} us: tokens arrived in bursts (the client read "
+        "late, or the server batches its output, e.g. --stream-interval), so single gaps are not step times"
+    )
+
+
+def median_or_none(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def ratio_with_bootstrap_ci(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    *,
+    seed: int = 0,
+    statistic: Callable[[Sequence[float]], float] = statistics.median,
+    reps: int = BOOTSTRAP_REPS,
+    level: float = 0.95,
+) -> tuple[float, Summary]:
+    """statistic(numerator) / statistic(denominator), with a bootstrap CI resampling both sides.
+
+    The Summary's samples are numerator / statistic(denominator) (the spread a reader sees);
+    its ci_low/ci_high are replaced by the percentile-bootstrap interval of the ratio, which
+    also carries the uncertainty of the denominator.
+    """
+    base = statistic(denominator)
+    if base <= 0:
+        raise ValueError("the denominator's statistic must be positive")
+    value = statistic(numerator) / base
+    rng = random.Random(seed)
+    n_num, n_den = len(numerator), len(denominator)
+    ratios = []
+    for _ in range(reps):
+        num = statistic([numerator[rng.randrange(n_num)] for _ in range(n_num)])
+        den = statistic([denominator[rng.randrange(n_den)] for _ in range(n_den)])
+        if den > 0:
+            ratios.append(num / den)
+    ratios.sort()
+    lo = ratios[int(math.floor((1 - level) / 2 * (len(ratios) - 1)))]
+    hi = ratios[int(math.ceil((1 + level) / 2 * (len(ratios) - 1)))]
+    summary = Summary.from_samples([x / base for x in numerator])
+    return value, replace(summary, ci_low=lo, ci_high=hi, ci_level=level)
+
+
+def not_measured(keys: Iterable[str], reason: str, hint: str = "") -> dict[str, Result]:
+    return {k: NotMeasured(reason, hint) for k in keys}
+
+
+def with_warnings(results: dict[str, Result], warnings: Sequence[str]) -> dict[str, Result]:
+    """The same results, each Measurement carrying `warnings` too (deduplicated, order kept)."""
+    if not warnings:
+        return results
+    out: dict[str, Result] = {}
+    for key, r in results.items():
+        if isinstance(r, Measurement):
+            merged = tuple(dict.fromkeys((*r.warnings, *warnings)))
+            r = replace(r, warnings=merged)
+        out[key] = r
+    return out
+
+
+def health_warnings(health: ClientHealth | None, median_gap_s: float | None) -> tuple[str, ...]:
+    return () if health is None else health.warnings(median_gap_s)

@@ -1,0 +1,236 @@
+"""Decode latency (Q5): per-token latency at batch 1, then under increasing concurrency.
+
+Batch 1 is the server's floor: one stream, nothing to share a step with. Each concurrency
+level then starts that many streams together; the growth of the median gap with the batch
+says how much a step slows as it fills (flat: memory-bound decode; linear: compute-bound).
+
+With the server's metrics, the batch-1 phase is checked against the engine's own
+inter-token histogram: both see the same requests, so their means must agree. When they do
+not, the run says which side is suspect: a lagging client event loop points at the client;
+a client that kept up points at the path between engine and socket (API server, proxy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import replace
+
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.experiments.common import (
+    ExperimentContext,
+    ExperimentOutcome,
+    ServerDelta,
+    burst_warning,
+    fault_summary,
+    gaps_of,
+    not_measured,
+)
+from llm_diagnose.probes.experiments.plan import DecodePlan
+from llm_diagnose.probes.load.health import ClientHealth
+from llm_diagnose.probes.load.records import RequestRecord, RequestSpec
+from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, percentile
+
+__all__ = ["run_decode", "analyse_decode", "KEYS", "AGREEMENT_TOLERANCE", "AGREEMENT_SLACK_S"]
+
+KEYS = (
+    Q.ITL_P50,
+    Q.ITL_P99,
+    Q.DECODE_ITL_AT_CONCURRENCY,
+    Q.DECODE_ITL_GROWTH,
+    Q.DECODE_SERVER_ITL_MEAN,
+    Q.DECODE_CLIENT_SERVER_ITL_RATIO,
+)
+# Client and server means of the same gaps agree when within 25% + 1 ms of each other: the
+# server stamps an output when its detokenizer emits it, the client when the socket read
+# returns, so a fixed delivery delay (~0.1-1 ms on loopback) and the first/last gap differ.
+AGREEMENT_TOLERANCE = 0.25
+AGREEMENT_SLACK_S = 0.001
+MIN_GAPS = 10
+BATCH1_TIME_SHARE = 0.5
+
+
+def _spec(ctx: ExperimentContext, plan: DecodePlan, phase: str, i: int) -> RequestSpec:
+    return RequestSpec(
+        f"decode-{phase}-{i}",
+        ctx.prompts.body(plan.prompt_tokens, ctx.rng, ctx.endpoint),
+        plan.output_tokens,
+        ctx.endpoint,
+        "decode",
+        phase,
+        planned_prompt_tokens=plan.prompt_tokens,
+    )
+
+
+async def run_decode(ctx: ExperimentContext, plan: DecodePlan, deadline: float) -> ExperimentOutcome:
+    driver = ctx.driver
+    t0 = time.perf_counter()
+    # Batch 1 may take at most its share of the time, so the concurrency levels still run on a slow server.
+    batch1_until = t0 + (deadline - t0) * (BATCH1_TIME_SHARE if plan.concurrency_levels else 1.0)
+    before = await ctx.scrape()
+    batch1: list[RequestRecord] = []
+    for i in range(plan.batch1_requests):
+        if time.perf_counter() >= batch1_until:
+            break
+        record = await driver.send(_spec(ctx, plan, "batch-1", i))
+        if record is None:
+            break
+        batch1.append(record)
+    after = await ctx.scrape()
+    levels: dict[int, list[RequestRecord]] = {}
+    for k, c in enumerate(plan.concurrency_levels):
+        now = time.perf_counter()
+        if now >= deadline or driver.guard.exhausted():
+            break
+        share = (deadline - now) / (len(plan.concurrency_levels) - k)
+        tasks = [driver.start(_spec(ctx, plan, f"concurrency-{c}", i)) for i in range(c)]
+        _, pending = await asyncio.wait(tasks, timeout=share)
+        if pending:  # the gaps measured so far still count (the streams are stopped, not failed)
+            await driver.stop_all(f"decode: concurrency {c} ran past its share of the time")
+        levels[c] = driver.records_of("decode", f"concurrency-{c}")
+    return analyse_decode(ctx, batch1, levels, ServerDelta(before, after))
+
+
+def analyse_decode(
+    ctx: ExperimentContext, batch1: list[RequestRecord], levels: dict[int, list[RequestRecord]], server: ServerDelta
+) -> ExperimentOutcome:
+    gaps = gaps_of(batch1)
+    all_records = batch1 + [r for rs in levels.values() for r in rs]
+    faults = fault_summary(all_records)
+    warnings = tuple(w for w in (faults, burst_warning(gaps)) if w)
+    if len(gaps) < MIN_GAPS:
+        why = faults or f"only {len(gaps)} inter-token gaps at batch 1 (need {MIN_GAPS})"
+        return ExperimentOutcome(
+            not_measured(
+                KEYS,
+                f"decode latency not measured: {why}",
+                "give the experiment more time or requests (--budget-seconds)",
+            )
+        )
+    window = max((r.t_send + (r.t_end or 0.0) for r in batch1), default=0.0) - min(r.t_send for r in batch1)
+    prov = ctx.provenance("decode", window)
+    p50 = statistics.median(gaps)
+    sorted_gaps = sorted(gaps)
+    note = f"batch 1: {len(batch1)} streams, one at a time; gaps between token events as the client received them"
+    results: dict[str, Result] = {
+        Q.ITL_P50: Measurement(p50, "s", prov, samples=tuple(gaps), warnings=warnings, note=note),
+        Q.ITL_P99: Measurement(
+            percentile(sorted_gaps, 99), "s", prov, samples=tuple(gaps), warnings=warnings, note=note
+        ),
+    }
+    # Growth with concurrency, from mean gaps: a mean is the stream's span over its tokens, so
+    # tokens that arrive in bursts (a busy host) do not zero it the way they zero a median.
+    level_gaps = {1: gaps}
+    for c, records in sorted(levels.items()):
+        if len(gaps_of(records)) >= MIN_GAPS:
+            level_gaps[c] = gaps_of(records)
+    if len(level_gaps) > 1:
+        top = max(level_gaps)
+        means = {c: statistics.fmean(g) for c, g in level_gaps.items()}
+        curve = ", ".join(f"{c} streams {m * 1e3:.2f} ms" for c, m in sorted(means.items()))
+        results[Q.DECODE_ITL_AT_CONCURRENCY] = Measurement(
+            statistics.median(level_gaps[top]),
+            "s",
+            prov,
+            samples=tuple(level_gaps[top]),
+            warnings=warnings,
+            note=f"median gap with {top} concurrent streams; mean gaps: {curve}",
+        )
+        results[Q.DECODE_ITL_GROWTH] = Measurement(
+            means[top] / means[1],
+            "ratio",
+            prov,
+            warnings=warnings,
+            note=f"mean gap at {top} streams / at 1 ({curve}): near 1 means decode is memory-bound and "
+            "batching is free; near the stream count means each step is compute-bound",
+        )
+    else:
+        results.update(
+            not_measured(
+                (Q.DECODE_ITL_AT_CONCURRENCY, Q.DECODE_ITL_GROWTH), "no concurrency level completed with enough gaps"
+            )
+        )
+    agreement, agree = _server_agreement(ctx, batch1, gaps, server, prov)
+    results.update(agreement)
+    ratio = agreement.get(Q.DECODE_CLIENT_SERVER_ITL_RATIO)
+    judge = None
+    if agree is False and isinstance(ratio, Measurement):
+        judge = lambda health: _who_is_right(ratio, health, p50)  # noqa: E731
+    return ExperimentOutcome(results, median_gap_s=p50, judge=judge)
+
+
+def _who_is_right(ratio: Measurement, health: ClientHealth, median_gap_s: float) -> dict[str, Result]:
+    """Client and server disagree: say which to believe, from how the client fared."""
+    lag = health.loop_lag_p99_s
+    if health.warnings(median_gap_s):
+        verdict = (
+            f"the client was starved (event-loop lag p99 {lag * 1e3:.1f} ms, {health.client_cpu_cores:.2f} "
+            "cores): believe the server's histogram, not the client's gaps"
+        )
+    else:
+        verdict = (
+            f"the client kept up (event-loop lag p99 {lag * 1e3:.2f} ms): the delay is between the engine and "
+            "the socket (API server, proxy, network), so clients really see these gaps"
+        )
+    return {Q.DECODE_CLIENT_SERVER_ITL_RATIO: replace(ratio, warnings=(*ratio.warnings, verdict))}
+
+
+def _server_agreement(
+    ctx: ExperimentContext, batch1: list[RequestRecord], gaps: list[float], server: ServerDelta, prov: Provenance
+) -> tuple[dict[str, Result], bool | None]:
+    """The engine's mean ITL beside the client's, and whether they agree (None: not compared)."""
+    keys = (Q.DECODE_SERVER_ITL_MEAN, Q.DECODE_CLIENT_SERVER_ITL_RATIO)
+    if not server.available:
+        return not_measured(keys, "no server metrics around the batch-1 phase", "give the server's /metrics URL"), None
+    itl = server.histogram_mean("itl")
+    if itl is None:
+        return not_measured(
+            keys,
+            f"the server's metrics ({server.engine or 'unknown engine'}) have no inter-token "
+            "histogram, or it saw no observations",
+        ), None
+    mean_server, count = itl
+    ours = len(gaps)
+    generated = server.counter("generation_tokens")
+    received = sum(r.tokens_out for r in batch1)
+    if generated is not None and generated > 1.5 * received + 10:
+        why = (
+            f"the server generated {generated:.0f} tokens while the batch-1 phase received {received}: other "
+            "traffic shares its histogram, so the means cannot be compared"
+        )
+        return not_measured(keys, why), None
+    mean_client = statistics.fmean(gaps)
+    ratio = mean_client / mean_server if mean_server > 0 else None
+    server_prov = Provenance(method="prometheus-histogram-delta", source=prov.source, window_s=prov.window_s)
+    out: dict[str, Result] = {
+        Q.DECODE_SERVER_ITL_MEAN: Measurement(
+            mean_server,
+            "s",
+            server_prov,
+            note=f"{count:.0f} observations of the engine's ITL histogram over "
+            f"the batch-1 phase (the client measured {ours} gaps)",
+        )
+    }
+    if ratio is None:
+        out[Q.DECODE_CLIENT_SERVER_ITL_RATIO] = NotMeasured("the server's mean ITL is zero")
+        return out, None
+    agree = abs(mean_client - mean_server) <= AGREEMENT_TOLERANCE * mean_server + AGREEMENT_SLACK_S
+    warnings = (
+        ()
+        if agree
+        else (
+            f"client mean gap {mean_client * 1e3:.2f} ms and the server's mean ITL {mean_server * 1e3:.2f} ms disagree "
+            f"(beyond {AGREEMENT_TOLERANCE:.0%} + {AGREEMENT_SLACK_S * 1e3:g} ms): see the client's loop lag to tell a "
+            "starved client from a slow delivery path",
+        )
+    )
+    out[Q.DECODE_CLIENT_SERVER_ITL_RATIO] = Measurement(
+        ratio,
+        "ratio",
+        prov,
+        warnings=warnings,
+        note=f"client mean gap {mean_client * 1e3:.2f} ms / server mean ITL {mean_server * 1e3:.2f} ms "
+        f"({'agree' if agree else 'disagree'} within {AGREEMENT_TOLERANCE:.0%} + {AGREEMENT_SLACK_S * 1e3:g} ms)",
+    )
+    return out, agree

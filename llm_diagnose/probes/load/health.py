@@ -1,0 +1,231 @@
+"""Is the client keeping up? Event-loop lag, the client's CPU, the host's CPU.
+
+A streaming client timestamps a token when its event loop gets round to reading the socket.
+If the loop is busy (too many streams, too little CPU), every timestamp is late by the lag,
+gaps merge and stretch, and a slow *client* reads as a slow *server*. On a 2-core machine
+that also runs the engine this is not hypothetical (shared/notes/vllm-cpu.md: the client saw
+a p99 of 433 ms where the server's histogram said 25 ms).
+
+A `HealthWindow` measures, over one experiment:
+- event-loop lag: a task sleeps `interval_s` again and again; each oversleep is how late any
+  callback (a socket read) could have run at that moment;
+- the client process's CPU time (cores used) and its per-event parsing overhead;
+- the host's CPU busy fraction (/proc/stat) when the server runs on the same host, since then
+  client and engine compete for the same cores.
+`ClientHealth.warnings(gap)` turns these into the warnings attached to every Measurement the
+experiment produces, so the tree lowers its confidence instead of trusting a starved client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm_diagnose.probes.results import Measurement, Provenance, percentile
+
+__all__ = [
+    "ClientHealth",
+    "HealthWindow",
+    "LAG_FRACTION_OF_GAP",
+    "CLIENT_CPU_CORES_BUSY",
+    "HOST_BUSY_FRACTION",
+    "STALL_S",
+    "host_cpu_times",
+]
+
+LAG_INTERVAL_S = 0.005  # 200 wake-ups a second: negligible load, fine enough for 10 ms gaps
+# Loop lag (p99) at or above this share of the median gap may have shifted the timestamps.
+LAG_FRACTION_OF_GAP = 0.25
+LAG_ABSOLUTE_S = 0.010  # used when no gap is known: 10 ms is the ITL histogram's smallest bucket
+CLIENT_CPU_CORES_BUSY = 0.8  # a single-threaded asyncio client saturates at one core
+HOST_BUSY_FRACTION = 0.90  # all cores nearly busy: someone waits for CPU, maybe us
+# A single oversleep this long is not timestamp jitter: the client did not run at all (seen on a
+# loaded 2-core host: 3-5 s with 0.03 s of client CPU), so timed phases may have been missed.
+STALL_S = 0.5
+
+
+def host_cpu_times(proc_stat: str | Path = "/proc/stat") -> tuple[float, float] | None:
+    """(busy, total) jiffies of all CPUs from /proc/stat; None where there is no /proc."""
+    try:
+        with open(proc_stat, encoding="ascii") as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    values = [float(v) for v in fields[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0.0)  # idle + iowait
+    # guest time is already counted in user; leave it out of the total
+    total = sum(values[:8])
+    return total - idle, total
+
+
+@dataclass(frozen=True)
+class ClientHealth:
+    """How the client fared over one window."""
+
+    window_s: float
+    loop_lag_s: tuple[float, ...]  # oversleep of each wake-up of the lag monitor
+    client_cpu_s: float
+    events: int  # token events parsed in the window
+    handling_s: float  # client time spent parsing them
+    host_busy_fraction: float | None  # None: not on Linux, or the target is remote
+    host_cpus: int
+    target_is_local: bool
+
+    @property
+    def loop_lag_p99_s(self) -> float:
+        return percentile(sorted(self.loop_lag_s), 99) if self.loop_lag_s else 0.0
+
+    @property
+    def loop_lag_max_s(self) -> float:
+        return max(self.loop_lag_s, default=0.0)
+
+    @property
+    def client_cpu_cores(self) -> float:
+        return self.client_cpu_s / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def per_event_overhead_s(self) -> float | None:
+        return self.handling_s / self.events if self.events else None
+
+    def warnings(self, median_gap_s: float | None = None) -> tuple[str, ...]:
+        """Why the client may have been the bottleneck (empty when it kept up)."""
+        out = []
+        lag = self.loop_lag_p99_s
+        if median_gap_s and median_gap_s > 0 and lag >= LAG_FRACTION_OF_GAP * median_gap_s:
+            out.append(
+                f"client event-loop lag p99 {lag * 1e3:.1f} ms is {lag / median_gap_s:.0%} of the median "
+                f"gap {median_gap_s * 1e3:.1f} ms: the client may have delayed the timestamps"
+            )
+        elif not median_gap_s and lag >= LAG_ABSOLUTE_S:
+            out.append(f"client event-loop lag p99 {lag * 1e3:.1f} ms: the client may have delayed the timestamps")
+        if self.client_cpu_cores >= CLIENT_CPU_CORES_BUSY:
+            out.append(
+                f"the client process used {self.client_cpu_cores:.2f} cores: it may have been the "
+                "bottleneck (fewer concurrent streams, or run it on another host)"
+            )
+        if (
+            self.target_is_local
+            and self.host_busy_fraction is not None
+            and self.host_busy_fraction >= HOST_BUSY_FRACTION
+        ):
+            out.append(
+                f"the host's {self.host_cpus} CPUs were {self.host_busy_fraction:.0%} busy with the server "
+                "on the same host: client and server competed for CPU, so latencies include waiting for "
+                "a core (run the client on another host to separate them)"
+            )
+        return tuple(out)
+
+    def stall(self) -> str | None:
+        """Why a timed experiment may have found too little to measure: the client itself stalled."""
+        worst = self.loop_lag_max_s
+        if worst < STALL_S:
+            return None
+        return (
+            f"the client's event loop stalled for up to {worst:.1f} s ({self.client_cpu_cores:.2f} client "
+            f"cores{self._host_busy_text()}): the client was not scheduled, so its timed phases ran late"
+        )
+
+    def _host_busy_text(self) -> str:
+        return "" if self.host_busy_fraction is None else f", host CPUs {self.host_busy_fraction:.0%} busy"
+
+    def describe(self) -> str:
+        overhead = self.per_event_overhead_s
+        return (
+            f"client: loop lag p99 {self.loop_lag_p99_s * 1e3:.2f} ms (max {self.loop_lag_max_s * 1e3:.1f} ms), "
+            f"{self.client_cpu_cores:.2f} cores"
+            + (f", {overhead * 1e6:.1f} us per token event" if overhead is not None else "")
+            + self._host_busy_text()
+        )
+
+    def measurements(self, source: str) -> dict[str, Measurement]:
+        """The client's own figures as evidence (client.* keys), so a report can show them."""
+        from llm_diagnose.probes import quantities as Q
+
+        prov = Provenance(
+            method="client-self-monitor",
+            source=source,
+            timer="time.perf_counter / process_time",
+            window_s=self.window_s,
+        )
+        out: dict[str, Measurement] = {
+            Q.CLIENT_LOOP_LAG_P99: Measurement(
+                self.loop_lag_p99_s,
+                "s",
+                prov,
+                samples=self.loop_lag_s,
+                note="oversleep of a 5 ms timer in the client's event loop",
+            ),
+            Q.CLIENT_CPU_CORES: Measurement(self.client_cpu_cores, "cores", prov),
+        }
+        if self.per_event_overhead_s is not None:
+            out[Q.CLIENT_EVENT_OVERHEAD] = Measurement(
+                self.per_event_overhead_s, "s", prov, note=f"{self.events} token events"
+            )
+        if self.host_busy_fraction is not None:
+            out[Q.CLIENT_HOST_BUSY] = Measurement(
+                self.host_busy_fraction, "fraction", prov, note=f"{self.host_cpus} CPUs, server on this host"
+            )
+        return out
+
+
+class HealthWindow:
+    """`async with HealthWindow(counters, local) as w: ...` then `w.health` (a ClientHealth).
+
+    `counters()` returns the client's running (events, handling_s) totals; the window reports
+    their increase.
+    """
+
+    def __init__(
+        self, counters: Callable[[], tuple[int, float]], target_is_local: bool, interval_s: float = LAG_INTERVAL_S
+    ) -> None:
+        self._counters = counters
+        self._local = target_is_local
+        self._interval = interval_s
+        self._lags: list[float] = []
+        self._task: asyncio.Task | None = None
+        self.health: ClientHealth | None = None
+
+    async def _watch(self) -> None:
+        interval, lags, clock = self._interval, self._lags, time.perf_counter
+        while True:
+            t0 = clock()
+            await asyncio.sleep(interval)
+            lags.append(max(0.0, clock() - t0 - interval))
+
+    async def __aenter__(self) -> HealthWindow:
+        self._t0 = time.perf_counter()
+        self._cpu0 = time.process_time()
+        self._events0, self._handling0 = self._counters()
+        self._host0 = host_cpu_times() if self._local else None
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        window = time.perf_counter() - self._t0
+        events, handling = self._counters()
+        busy = None
+        host1 = host_cpu_times() if self._local else None
+        if self._host0 is not None and host1 is not None and host1[1] > self._host0[1]:
+            busy = (host1[0] - self._host0[0]) / (host1[1] - self._host0[1])
+        self.health = ClientHealth(
+            window_s=window,
+            loop_lag_s=tuple(self._lags),
+            client_cpu_s=time.process_time() - self._cpu0,
+            events=events - self._events0,
+            handling_s=handling - self._handling0,
+            host_busy_fraction=busy,
+            host_cpus=os.cpu_count() or 1,
+            target_is_local=self._local,
+        )

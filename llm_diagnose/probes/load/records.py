@@ -1,0 +1,261 @@
+"""What one request is (`RequestSpec`) and what happened to it (`RequestRecord`), and the
+append-only JSONL files they go to.
+
+Times are `time.perf_counter()` seconds (CLOCK_MONOTONIC on Linux, the clock the metrics
+scraper's `time.monotonic()` also reads there): immune to NTP steps, comparable between
+processes on one host. A record keeps the arrival time of every token event relative to its
+own send time, so TTFT and every inter-token gap can be recomputed from the file.
+
+`requests.jsonl` gets one line per request *as it completes*, flushed at once, so a run that
+is interrupted or whose server dies loses nothing that was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+from llm_diagnose.probes.load.faults import SERVER_FAULTS, FaultKind
+from llm_diagnose.probes.runfiles import open_append
+
+__all__ = [
+    "Endpoint",
+    "ENDPOINT_PATHS",
+    "OPTIONAL_EXTENSIONS",
+    "RequestSpec",
+    "RequestRecord",
+    "JsonlWriter",
+    "read_records",
+    "REQUESTS_FILE",
+    "EVENTS_FILE",
+]
+
+REQUESTS_FILE = "requests.jsonl"
+EVENTS_FILE = "events.jsonl"
+Endpoint = Literal["completions", "chat"]
+ENDPOINT_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+# Fields beyond the OpenAI API that a server may reject by name (transformers serve: HTTP 422
+# "Unexpected fields"); the client then sends without them. Inner keys first: dropping
+# continuous_usage_stats keeps the usage chunk that dropping stream_options would lose.
+OPTIONAL_EXTENSIONS = ("ignore_eos", "continuous_usage_stats", "stream_options")
+_ROUND = 7  # decimals kept in the files: 0.1 us, far below any gap worth measuring
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request to send: what to ask for, and where it belongs in an experiment.
+
+    `prompt` is text, or token ids (completions only: exact lengths, no tokenizer guesswork).
+    `ignore_eos` asks the server to produce exactly `max_tokens` (a vLLM/SGLang extension;
+    random-weight models may otherwise stop at any step). `continuous_usage` asks vLLM for
+    usage in every chunk, which tells how many tokens each event carried (spec decoding).
+    """
+
+    request_id: str
+    prompt: str | tuple[int, ...]
+    max_tokens: int
+    endpoint: Endpoint = "completions"
+    experiment: str = ""
+    phase: str = ""
+    tag: str = ""  # free text for the analysis: a prefix group, "probe"/"peer", a prompt length
+    ignore_eos: bool = True
+    continuous_usage: bool = False
+    planned_prompt_tokens: int | None = None
+    extra_body: tuple[tuple[str, object], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if self.endpoint == "chat" and not isinstance(self.prompt, str):
+            raise ValueError("chat requests need a text prompt")
+        if isinstance(self.prompt, list):
+            object.__setattr__(self, "prompt", tuple(self.prompt))
+
+    def payload(self, model: str, drop: set[str] | frozenset[str] = frozenset()) -> dict:
+        """The JSON body for the OpenAI-compatible endpoint, without the extensions in `drop`."""
+        body: dict = {"model": model, "max_tokens": self.max_tokens, "stream": True}
+        if "stream_options" not in drop:
+            body["stream_options"] = {"include_usage": True}
+            if self.continuous_usage and "continuous_usage_stats" not in drop:
+                body["stream_options"]["continuous_usage_stats"] = True
+        if self.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": self.prompt}]
+        else:
+            body["prompt"] = list(self.prompt) if isinstance(self.prompt, tuple) else self.prompt
+        if self.ignore_eos and "ignore_eos" not in drop:
+            body["ignore_eos"] = True
+        body.update(dict(self.extra_body))
+        return body
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """What happened to one request. Immutable; written to requests.jsonl when it ends."""
+
+    request_id: str
+    experiment: str
+    phase: str
+    tag: str
+    endpoint: str
+    t_send: float  # perf_counter at the moment the request was handed to the connection
+    t_send_wall: float  # unix time of the same moment (for joining with other logs)
+    event_times: tuple[float, ...] = ()  # token-event arrivals, seconds after t_send
+    event_tokens: tuple[int, ...] = ()  # tokens per event, when the server said (continuous usage)
+    t_end: float | None = None  # seconds after t_send when the request ended, however it ended
+    http_status: int | None = None
+    prompt_tokens: int | None = None  # as the server counted them (usage)
+    planned_prompt_tokens: int | None = None
+    completion_tokens: int | None = None  # as the server counted them (usage)
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when sent
+    finish_reason: str | None = None
+    fault: FaultKind | None = None
+    fault_detail: str = ""
+    handling_s: float = 0.0  # client CPU time spent parsing this stream (its own overhead)
+
+    # --- derived ------------------------------------------------------------------------
+    @property
+    def completed(self) -> bool:
+        """Ended normally: no fault, and the server said why it stopped."""
+        return self.fault is None and self.finish_reason is not None
+
+    @property
+    def server_fault(self) -> bool:
+        return self.fault in SERVER_FAULTS
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.event_times[0] if self.event_times else None
+
+    @property
+    def gaps_s(self) -> tuple[float, ...]:
+        t = self.event_times
+        return tuple(b - a for a, b in zip(t, t[1:]))
+
+    @property
+    def e2e_s(self) -> float | None:
+        """End-to-end latency of a completed request (None otherwise: a fault is not a latency)."""
+        return self.t_end if self.completed else None
+
+    @property
+    def tokens_out(self) -> int:
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return sum(self.event_tokens) if self.event_tokens else len(self.event_times)
+
+    def absolute_event_times(self) -> tuple[float, ...]:
+        return tuple(self.t_send + t for t in self.event_times)
+
+    # --- files ----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d: dict = {
+            "experiment": self.experiment,
+            "phase": self.phase,
+            "request_id": self.request_id,
+            "tag": self.tag,
+            "endpoint": self.endpoint,
+            "t_send": round(self.t_send, _ROUND),
+            "t_send_wall": round(self.t_send_wall, 6),
+            "status": self.http_status,
+            "ttft_s": None if self.ttft_s is None else round(self.ttft_s, _ROUND),
+            "gaps_s": [round(g, _ROUND) for g in self.gaps_s],
+            "tokens_in": self.prompt_tokens,
+            "planned_tokens_in": self.planned_prompt_tokens,
+            "tokens_out": self.tokens_out,
+            "tokens_out_from": "usage" if self.completion_tokens is not None else "events",
+            "cached_tokens": self.cached_tokens,
+            "finish_reason": self.finish_reason,
+            "fault": None if self.fault is None else self.fault.value,
+            "t_end_s": None if self.t_end is None else round(self.t_end, _ROUND),
+            "handling_s": round(self.handling_s, _ROUND),
+        }
+        if self.event_tokens:
+            d["event_tokens"] = list(self.event_tokens)
+        if self.fault_detail:
+            d["fault_detail"] = self.fault_detail
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> RequestRecord:
+        ttft = d.get("ttft_s")
+        times: list[float] = []
+        if ttft is not None:
+            times.append(float(ttft))
+            for g in d.get("gaps_s", ()):
+                times.append(times[-1] + float(g))
+        fault = d.get("fault")
+        return cls(
+            request_id=str(d["request_id"]),
+            experiment=str(d.get("experiment", "")),
+            phase=str(d.get("phase", "")),
+            tag=str(d.get("tag", "")),
+            endpoint=str(d.get("endpoint", "completions")),
+            t_send=float(d["t_send"]),
+            t_send_wall=float(d.get("t_send_wall", 0.0)),
+            event_times=tuple(times),
+            event_tokens=tuple(int(x) for x in d.get("event_tokens", ())),
+            t_end=None if d.get("t_end_s") is None else float(d["t_end_s"]),
+            http_status=d.get("status"),
+            prompt_tokens=d.get("tokens_in"),
+            planned_prompt_tokens=d.get("planned_tokens_in"),
+            # tokens_out is the server's count only where the server sent usage
+            completion_tokens=d.get("tokens_out") if d.get("tokens_out_from") == "usage" else None,
+            cached_tokens=d.get("cached_tokens"),
+            finish_reason=d.get("finish_reason"),
+            fault=None if fault is None else FaultKind(fault),
+            fault_detail=str(d.get("fault_detail", "")),
+            handling_s=float(d.get("handling_s", 0.0)),
+        )
+
+
+@dataclass
+class JsonlWriter:
+    """Append-only JSON lines, each flushed as it is written (nothing lost on interruption).
+
+    `path=None` writes nothing, so code paths are the same with and without a run folder.
+    """
+
+    path: Path | None
+    _fh: IO[str] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.path is not None:
+            self.path = Path(self.path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open_append(self.path)  # never through a link (llm_diagnose.probes.runfiles)
+
+    def write(self, obj: Mapping) -> None:
+        if self._fh is not None:
+            self._fh.write(json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n")
+            self._fh.flush()
+
+    def event(self, name: str, **fields: object) -> None:
+        """An experiment event (a prefill injected, a phase started), stamped on both clocks."""
+        self.write({"event": name, "t": round(time.perf_counter(), _ROUND), "t_wall": round(time.time(), 6), **fields})
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_records(path: str | Path) -> Iterator[RequestRecord]:
+    """Records back from a requests.jsonl (or a run folder); a truncated last line is skipped."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / REQUESTS_FILE
+    with open(p, encoding="utf-8", errors="replace") as fh:  # a stray byte spoils its line, not the file
+        for line in fh:
+            try:
+                yield RequestRecord.from_dict(json.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+                continue  # a line cut by a kill mid-write, or not a record

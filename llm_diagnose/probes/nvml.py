@@ -1,0 +1,321 @@
+"""GPU memory headroom through NVML: the single chokepoint for every NVML call.
+
+Modelled on nvitop's `nvmlQuery`: NVML is initialised lazily, once. A missing package,
+library or driver is loud: every memory key becomes NotMeasured with the reason and where
+to run instead. A function a device does not support (`NotSupported`, `FunctionNotFound`,
+`NoPermission`: per-process memory inside some containers, memory info on unified-memory
+parts) is quiet and yields None for that reading only.
+
+The `pynvml` module (from the nvidia-ml-py package) is imported only when first needed and
+can be injected (`Nvml(module=...)`), which is how the tests run without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from llm_diagnose.probes.quantities import (
+    DEVICE_FREE_FRACTION,
+    DEVICE_TOTAL_BYTES,
+    DEVICE_USED_BYTES,
+    KV_CACHE_BYTES,
+    PROCESSES_USED_BYTES,
+    WEIGHTS_BYTES,
+    WEIGHTS_FRACTION,
+)
+from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, now_iso
+
+__all__ = [
+    "ProcessMemory",
+    "DeviceMemory",
+    "GpuMemoryReading",
+    "NvmlUnavailable",
+    "Nvml",
+    "read_gpu_memory",
+    "memory_evidence",
+    "NVML_KEYS",
+    "NO_GPU_HINT",
+]
+
+NVML_KEYS = (DEVICE_TOTAL_BYTES, DEVICE_USED_BYTES, DEVICE_FREE_FRACTION, PROCESSES_USED_BYTES, WEIGHTS_FRACTION)
+NO_GPU_HINT = "run llm-diagnose on the GPU host, or in the sidecar described in the README"
+GIB = 1 << 30
+
+# NVML return codes (nvml.h); read from the module when it has them, so a fake can differ.
+_QUIET_CODES = {"NVML_ERROR_NOT_SUPPORTED": 3, "NVML_ERROR_NO_PERMISSION": 4, "NVML_ERROR_FUNCTION_NOT_FOUND": 13}
+_NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong (per-process memory under WDDM/containers)
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    pid: int
+    used_bytes: int | None  # None: the driver does not say (containers without the host PID namespace)
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One device's memory, in bytes; None where the driver does not report a figure."""
+
+    index: int
+    name: str
+    uuid: str | None
+    total_bytes: int | None
+    used_bytes: int | None
+    free_bytes: int | None
+    processes: tuple[ProcessMemory, ...]
+    processes_visible: bool  # False: the per-process query is unsupported or not permitted
+
+
+@dataclass(frozen=True)
+class GpuMemoryReading:
+    devices: tuple[DeviceMemory, ...]
+    driver_version: str | None
+    taken_at: str
+
+
+@dataclass(frozen=True)
+class NvmlUnavailable:
+    """Why NVML could not be used on this machine (not an error: the evidence says so)."""
+
+    reason: str
+    hint: str = NO_GPU_HINT
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Nvml:
+    """Lazy NVML session; every call goes through `query`."""
+
+    def __init__(
+        self, module: ModuleType | Any | None = None, importer: Callable[[str], Any] = importlib.import_module
+    ) -> None:
+        self._module = module
+        self._importer = importer
+        self._state: NvmlUnavailable | bool | None = None  # None: not tried; True: initialised
+
+    def _code(self, exc: BaseException) -> int | None:
+        value = getattr(exc, "value", None)
+        return value if isinstance(value, int) else None
+
+    def _constant(self, name: str, default: int) -> int:
+        return int(getattr(self._module, name, default))
+
+    def init(self) -> NvmlUnavailable | None:
+        """Load pynvml and initialise NVML once; the reason it is unusable, or None."""
+        if self._state is True:
+            return None
+        if isinstance(self._state, NvmlUnavailable):
+            return self._state
+        if self._module is None:
+            try:
+                self._module = self._importer("pynvml")
+            except ImportError as exc:
+                self._state = NvmlUnavailable(
+                    f"no NVIDIA driver/GPU on this machine: the NVML bindings are not installed ({exc})",
+                    "pip install nvidia-ml-py on the GPU host, then " + NO_GPU_HINT,
+                )
+                return self._state
+        nvml_error = getattr(self._module, "NVMLError", None)
+        try:
+            self._module.nvmlInit()
+        except Exception as exc:  # pynvml.NVMLError, or OSError from ctypes on odd systems
+            if nvml_error is not None and not isinstance(exc, nvml_error) and not isinstance(exc, OSError):
+                raise
+            code = self._code(exc)
+            what = {
+                self._constant("NVML_ERROR_LIBRARY_NOT_FOUND", 12): "the NVML library (libnvidia-ml.so) was not found",
+                self._constant("NVML_ERROR_DRIVER_NOT_LOADED", 9): "the NVIDIA kernel driver is not loaded",
+                self._constant("NVML_ERROR_NO_PERMISSION", 4): "this user may not open the NVIDIA devices",
+            }.get(code, f"NVML failed to initialise ({_text(exc) or type(exc).__name__})")
+            self._state = NvmlUnavailable(f"no NVIDIA driver/GPU on this machine: {what}")
+            return self._state
+        self._state = True
+        return None
+
+    def query(self, func: str, *args: Any, default: Any = None) -> Any:
+        """Call `pynvml.<func>(*args)`; quiet default for unsupported features.
+
+        Other NVML errors (a GPU fallen off the bus) propagate: they are not "unsupported".
+        """
+        fn = getattr(self._module, func, None)
+        if fn is None:
+            return default  # older bindings without this function
+        nvml_error = getattr(self._module, "NVMLError", Exception)
+        try:
+            return fn(*args)
+        except nvml_error as exc:
+            quiet = {self._constant(k, v) for k, v in _QUIET_CODES.items()}
+            if self._code(exc) in quiet:
+                return default
+            raise
+
+    def shutdown(self) -> None:
+        if self._state is True:
+            try:
+                self._module.nvmlShutdown()
+            finally:
+                self._state = None
+
+    def read(self) -> GpuMemoryReading | NvmlUnavailable:
+        """Memory of every device, with per-process use where the driver allows."""
+        unavailable = self.init()
+        if unavailable is not None:
+            return unavailable
+        count = self.query("nvmlDeviceGetCount", default=0) or 0
+        if count == 0:
+            return NvmlUnavailable("no NVIDIA driver/GPU on this machine: the driver reports 0 devices")
+        devices = []
+        for index in range(count):
+            handle = self.query("nvmlDeviceGetHandleByIndex", index)
+            if handle is None:
+                continue
+            mem = self.query("nvmlDeviceGetMemoryInfo", handle)
+            procs_raw = self.query("nvmlDeviceGetComputeRunningProcesses", handle)
+            processes = tuple(
+                ProcessMemory(
+                    int(p.pid),
+                    None if getattr(p, "usedGpuMemory", None) in (None, _NOT_AVAILABLE) else int(p.usedGpuMemory),
+                )
+                for p in (procs_raw or ())
+            )
+            devices.append(
+                DeviceMemory(
+                    index=index,
+                    name=_text(self.query("nvmlDeviceGetName", handle, default="unknown GPU")),
+                    uuid=None if (u := self.query("nvmlDeviceGetUUID", handle)) is None else _text(u),
+                    total_bytes=None if mem is None else int(mem.total),
+                    used_bytes=None if mem is None else int(mem.used),
+                    free_bytes=None if mem is None else int(mem.free),
+                    processes=processes,
+                    processes_visible=procs_raw is not None,
+                )
+            )
+        driver = self.query("nvmlSystemGetDriverVersion")
+        return GpuMemoryReading(tuple(devices), None if driver is None else _text(driver), now_iso())
+
+
+def read_gpu_memory(module: ModuleType | Any | None = None) -> GpuMemoryReading | NvmlUnavailable:
+    """One reading of every device's memory (initialises and shuts NVML down)."""
+    nvml = Nvml(module)
+    try:
+        return nvml.read()
+    finally:
+        nvml.shutdown()
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def memory_evidence(
+    reading: GpuMemoryReading | NvmlUnavailable | None = None,
+    *,
+    engine: Mapping[str, Result] | None = None,
+    device_indices: Sequence[int] | None = None,
+) -> dict[str, Result]:
+    """The memory keys of the evidence from one NVML reading (taken now when not given).
+
+    `engine` is the evidence from the engine's own metrics (`passive_evidence`): its
+    memory.weights_bytes, where exposed, gives the weights' share of one device.
+    `device_indices` restricts the sums to the devices the engine uses; by default, the
+    devices that run compute processes, or all of them when none is visible.
+    """
+    if reading is None:
+        reading = read_gpu_memory()
+    if isinstance(reading, NvmlUnavailable):
+        hole = NotMeasured(reading.reason, reading.hint, Provenance("nvml", "local NVML"))
+        return dict.fromkeys(NVML_KEYS, hole)
+
+    devices = list(reading.devices)
+    if device_indices is not None:
+        devices = [d for d in devices if d.index in set(device_indices)]
+        which = f"devices {sorted(d.index for d in devices)} (as asked)"
+    elif any(d.processes for d in devices):
+        devices = [d for d in devices if d.processes]
+        which = f"devices {[d.index for d in devices]} (those running compute processes)"
+    else:
+        which = f"all {len(devices)} devices (no compute processes visible to pick the engine's)"
+    source = ", ".join(f"GPU{d.index} {d.name}" for d in devices) or "no device"
+    prov = Provenance("nvml", source, taken_at=reading.taken_at)
+    out: dict[str, Result] = {}
+
+    with_memory = [d for d in devices if d.total_bytes is not None and d.used_bytes is not None]
+    if not with_memory:
+        hole = NotMeasured(
+            "NVML reports no memory figures for these devices (unified memory, or unsupported)",
+            "on Grace-Hopper/unified-memory parts, read the engine's own memory metrics",
+            prov,
+        )
+        for key in (DEVICE_TOTAL_BYTES, DEVICE_USED_BYTES, DEVICE_FREE_FRACTION):
+            out[key] = hole
+    else:
+        total = sum(d.total_bytes for d in with_memory)  # type: ignore[misc]
+        used = sum(d.used_bytes for d in with_memory)  # type: ignore[misc]
+        free = sum(
+            (d.free_bytes if d.free_bytes is not None else d.total_bytes - d.used_bytes)  # type: ignore[operator]
+            for d in with_memory
+        )
+        per_device = "; ".join(
+            f"GPU{d.index}: {_gib(d.used_bytes)} used of {_gib(d.total_bytes)}"  # type: ignore[arg-type]
+            for d in with_memory
+        )
+        note = f"{which}; {per_device}" + (f"; driver {reading.driver_version}" if reading.driver_version else "")
+        out[DEVICE_TOTAL_BYTES] = Measurement(float(total), "bytes", prov, note=note)
+        out[DEVICE_USED_BYTES] = Measurement(float(used), "bytes", prov, note=note)
+        out[DEVICE_FREE_FRACTION] = Measurement(free / total if total else 0.0, "fraction", prov, note=note)
+
+    visible = [d for d in devices if d.processes_visible]
+    procs = [p for d in visible for p in d.processes]
+    if not visible:
+        out[PROCESSES_USED_BYTES] = NotMeasured(
+            "the driver does not report per-process memory here (unsupported or not permitted)",
+            "run with the host PID namespace (docker --pid=host) or as a user allowed to query processes",
+            prov,
+        )
+    elif not procs or any(p.used_bytes is None for p in procs):
+        why = (
+            "no compute process runs on these devices"
+            if not procs
+            else "the driver lists the processes but not their memory (typical inside containers)"
+        )
+        out[PROCESSES_USED_BYTES] = NotMeasured(why, "run llm-diagnose beside the engine with --pid=host", prov)
+    else:
+        listing = ", ".join(f"pid {p.pid}: {_gib(p.used_bytes)}" for p in procs)  # type: ignore[arg-type]
+        out[PROCESSES_USED_BYTES] = Measurement(
+            float(sum(p.used_bytes for p in procs)),
+            "bytes",
+            prov,  # type: ignore[misc]
+            note=listing,
+        )
+
+    out[WEIGHTS_FRACTION] = _weights_fraction(engine or {}, with_memory, prov)
+    return out
+
+
+def _weights_fraction(engine: Mapping[str, Result], devices: list[DeviceMemory], prov: Provenance) -> Result:
+    weights = engine.get(WEIGHTS_BYTES)
+    if not devices:
+        return NotMeasured("NVML reports no device memory to compare the weights with", NO_GPU_HINT, prov)
+    if not isinstance(weights, Measurement):
+        reason = weights.reason if isinstance(weights, NotMeasured) else "the engine does not expose its weights' size"
+        kv = engine.get(KV_CACHE_BYTES)
+        extra = f" (it does expose the KV cache: {_gib(kv.value)})" if isinstance(kv, Measurement) else ""
+        return NotMeasured(
+            f"weights share not derivable: {reason}{extra}",
+            "the engine log states the load size (vLLM: 'Model loading took X GiB')",
+            prov,
+        )
+    one_device = min(d.total_bytes for d in devices)  # type: ignore[type-var]
+    return Measurement(
+        weights.value / one_device,
+        "fraction",
+        prov,
+        note=f"engine-reported weights {_gib(weights.value)} / {_gib(one_device)} on one device "
+        "(the smallest in use); with tensor parallelism each device holds a share",
+    )

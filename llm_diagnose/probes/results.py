@@ -1,0 +1,409 @@
+"""Measurement results: small immutable values that carry their statistics and provenance.
+
+Three kinds of result exist, and nothing downstream may confuse them:
+
+- `Measurement`: a number that was measured, with its unit, its raw samples (or a summary
+  where only a summary exists, e.g. a histogram), and how, where and when it was taken.
+- `Fact`: a configuration value that was observed (an engine flag, a model name, a dtype).
+- `NotMeasured`: an explicit hole, with the reason and a hint on how to fill it. A missing
+  measurement is never zero.
+
+Standard library only, so the decision tree and its tests need neither numpy nor torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Union
+
+__all__ = [
+    "Provenance",
+    "Summary",
+    "Measurement",
+    "Fact",
+    "NotMeasured",
+    "Result",
+    "now_iso",
+    "percentile",
+    "result_to_dict",
+    "result_from_dict",
+    "InvalidValue",
+    "describe_json_value",
+]
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO-8601 with milliseconds (what every provenance records)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def percentile(sorted_values: list[float] | tuple[float, ...], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default), q in [0, 100], on sorted input."""
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    if len(sorted_values) == 1:
+        return float(sorted_values[0])
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    frac = pos - lo
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac)
+
+
+def _median_ci(sorted_values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median from order statistics.
+
+    Uses the normal approximation to the binomial(n, 1/2) for the ranks, which is what
+    latency samples (skewed, heavy-tailed) need: no normality of the values is assumed.
+    """
+    n = len(sorted_values)
+    if n < 3:
+        return float(sorted_values[0]), float(sorted_values[-1])
+    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+    half = z * math.sqrt(n) / 2
+    lo = max(0, int(math.floor(n / 2 - half)))
+    hi = min(n - 1, int(math.ceil(n / 2 + half)) - 1)
+    return float(sorted_values[lo]), float(sorted_values[hi])
+
+
+class InvalidValue(ValueError):
+    """A field of a result read from JSON holds a value of the wrong type, or a non-finite one.
+
+    Evidence.from_dict turns such an item into a NotMeasured saying so, instead of refusing the
+    whole file; a missing field or an unknown kind is a plain ValueError (the file is refused).
+    """
+
+
+def describe_json_value(value: object) -> str:
+    """What a JSON value is, for messages: "a string ('0.99')", "a boolean (true)", "null"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, str):
+        return f"a string ({value[:24]!r}{'...' if len(value) > 24 else ''})"
+    if isinstance(value, int):
+        if value.bit_length() < 64:
+            return f"the integer {value}"
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} item(s)"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _number(value: object, name: str) -> float:
+    """A JSON number as a finite float; InvalidValue for anything else (strings, booleans, huge
+    integers, NaN and infinities)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected a number")
+    try:
+        f = float(value)
+    except OverflowError:
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, beyond the range of a number") from None
+    if not math.isfinite(f):
+        raise InvalidValue(f"field {name!r} is {f!r}, expected a finite number")
+    return f
+
+
+def _integer(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected an integer")
+    _number(value, name)  # within a float's range, like every other number
+    return value
+
+
+def _text(value: object, name: str, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected a string")
+    return value
+
+
+def _list(value: object, name: str) -> list:
+    if not isinstance(value, list):
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected a list")
+    return value
+
+
+def _object(value: object, name: str) -> dict:
+    if not isinstance(value, dict):
+        raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected an object")
+    return value
+
+
+def _check_finite(name: str, value: float) -> float:
+    value = float(value)
+    if not math.isfinite(value):
+        # A non-finite number is not a measurement: the probe must say NotMeasured instead.
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """How, from where and when a result was obtained."""
+
+    method: str  # e.g. "prometheus-counter-delta", "nvml", "trace-analysis", "cpu-timer"
+    source: str  # e.g. a URL, a file path, a device name
+    taken_at: str = field(default_factory=now_iso)
+    timer: str | None = None  # which clock, and why that one (timing core)
+    window_s: float | None = None  # length of the observation window, where there is one
+
+    def to_dict(self) -> dict:
+        d: dict = {"method": self.method, "source": self.source, "taken_at": self.taken_at}
+        if self.timer is not None:
+            d["timer"] = self.timer
+        if self.window_s is not None:
+            d["window_s"] = self.window_s
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Provenance:
+        d = _object(d, "provenance")
+        return cls(
+            method=_text(d["method"], "provenance.method"),  # type: ignore[arg-type]
+            source=_text(d["source"], "provenance.source"),  # type: ignore[arg-type]
+            taken_at=_text(d["taken_at"], "provenance.taken_at"),  # type: ignore[arg-type]
+            timer=_text(d.get("timer"), "provenance.timer", optional=True),
+            window_s=None if d.get("window_s") is None else _number(d["window_s"], "provenance.window_s"),
+        )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Summary statistics of a sample, or of a distribution known only by its quantiles."""
+
+    n: int
+    mean: float
+    median: float
+    stdev: float
+    min: float
+    max: float
+    p05: float
+    p95: float
+    p99: float
+    ci_low: float  # confidence interval of the median
+    ci_high: float
+    ci_level: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError("a Summary needs at least one observation")
+        for name in ("mean", "median", "stdev", "min", "max", "p05", "p95", "p99", "ci_low", "ci_high"):
+            _check_finite(name, getattr(self, name))
+
+    @property
+    def cv(self) -> float | None:
+        """Coefficient of variation; None where the mean is zero (undefined, not zero)."""
+        return None if self.mean == 0 else self.stdev / abs(self.mean)
+
+    @property
+    def iqr_like_spread(self) -> float | None:
+        """Relative width of the median's confidence interval (a spread that tolerates outliers)."""
+        return None if self.median == 0 else (self.ci_high - self.ci_low) / abs(self.median)
+
+    @classmethod
+    def from_samples(cls, samples: list[float] | tuple[float, ...], ci_level: float = 0.95) -> Summary:
+        values = sorted(_check_finite("sample", s) for s in samples)
+        if not values:
+            raise ValueError("Summary.from_samples needs at least one sample")
+        lo, hi = _median_ci(values, ci_level)
+        return cls(
+            n=len(values),
+            mean=statistics.fmean(values),
+            median=percentile(values, 50),
+            stdev=statistics.stdev(values) if len(values) > 1 else 0.0,
+            min=values[0],
+            max=values[-1],
+            p05=percentile(values, 5),
+            p95=percentile(values, 95),
+            p99=percentile(values, 99),
+            ci_low=lo,
+            ci_high=hi,
+            ci_level=ci_level,
+        )
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Summary:
+        d = _object(d, "summary")
+        missing = [k for k in cls.__dataclass_fields__ if k not in d and k != "ci_level"]
+        if missing:
+            raise InvalidValue(f"field 'summary' lacks {', '.join(map(repr, missing))}")
+        return cls(
+            **{
+                k: (_integer(d[k], "summary.n") if k == "n" else _number(d[k], f"summary.{k}"))
+                for k in cls.__dataclass_fields__
+                if k in d
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured quantity.
+
+    `value` is the figure the quantity's name promises (a p95, a rate, a fraction).
+    `samples` are the raw observations behind it where they exist (scrapes, timed blocks,
+    per-request values); `calls_per_sample` says how many calls one timed sample covered.
+    `summary` is derived from the samples when not given, or given directly when only a
+    summary exists (a histogram's windowed quantiles).
+    """
+
+    value: float
+    unit: str
+    provenance: Provenance
+    samples: tuple[float, ...] = ()
+    calls_per_sample: int = 1
+    summary: Summary | None = None
+    warnings: tuple[str, ...] = ()
+    note: str = ""
+
+    kind = "measurement"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", _check_finite("value", self.value))
+        samples = tuple(_check_finite("sample", s) for s in self.samples)
+        object.__setattr__(self, "samples", samples)
+        object.__setattr__(self, "warnings", tuple(self.warnings))
+        if self.calls_per_sample < 1:
+            raise ValueError("calls_per_sample must be at least 1")
+        if self.summary is None and samples:
+            object.__setattr__(self, "summary", Summary.from_samples(samples))
+
+    @property
+    def n(self) -> int:
+        """How many observations stand behind the value (1 for a single reading)."""
+        return self.summary.n if self.summary is not None else 1
+
+    def to_dict(self) -> dict:
+        d: dict = {"kind": self.kind, "value": self.value, "unit": self.unit, "provenance": self.provenance.to_dict()}
+        if self.samples:
+            d["samples"] = list(self.samples)
+        if self.calls_per_sample != 1:
+            d["calls_per_sample"] = self.calls_per_sample
+        if self.summary is not None:
+            d["summary"] = self.summary.to_dict()
+        if self.warnings:
+            d["warnings"] = list(self.warnings)
+        if self.note:
+            d["note"] = self.note
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Measurement:
+        value, unit, provenance = d["value"], d["unit"], d["provenance"]  # KeyError: a missing field
+        return cls(
+            value=_number(value, "value"),
+            unit=_text(unit, "unit"),  # type: ignore[arg-type]
+            provenance=Provenance.from_dict(provenance),
+            samples=tuple(_number(s, "samples") for s in _list(d.get("samples", []), "samples")),
+            calls_per_sample=_integer(d.get("calls_per_sample", 1), "calls_per_sample"),
+            summary=Summary.from_dict(d["summary"]) if d.get("summary") is not None else None,
+            warnings=tuple(_text(w, "warnings") for w in _list(d.get("warnings", []), "warnings")),  # type: ignore[misc]
+            note=_text(d.get("note", ""), "note"),  # type: ignore[arg-type]
+        )
+
+
+FactValue = Union[str, int, float, bool]
+
+
+@dataclass(frozen=True)
+class Fact:
+    """An observed configuration value (not a measurement: it has no spread)."""
+
+    value: FactValue
+    provenance: Provenance
+    note: str = ""
+
+    kind = "fact"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.value, (str, int, float, bool)):
+            raise TypeError(f"a Fact holds str, int, float or bool, not {type(self.value).__name__}")
+        if isinstance(self.value, float):
+            _check_finite("fact", self.value)
+
+    def to_dict(self) -> dict:
+        d: dict = {"kind": self.kind, "value": self.value, "provenance": self.provenance.to_dict()}
+        if self.note:
+            d["note"] = self.note
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Fact:
+        value, provenance = d["value"], d["provenance"]  # KeyError: a missing field
+        if not isinstance(value, (str, int, float, bool)):
+            raise InvalidValue(f"field 'value' is {describe_json_value(value)}, expected a string, number or boolean")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            _number(value, "value")  # finite, and within a float's range
+        return cls(value=value, provenance=Provenance.from_dict(provenance), note=_text(d.get("note", ""), "note"))
+
+
+@dataclass(frozen=True)
+class NotMeasured:
+    """An explicit hole in the evidence: why nothing was measured, and how to measure it."""
+
+    reason: str  # e.g. "no NVIDIA driver on this machine"
+    hint: str = ""  # e.g. "run llm-diagnose on the GPU host"
+    provenance: Provenance | None = None
+
+    kind = "not-measured"
+
+    def to_dict(self) -> dict:
+        d: dict = {"kind": self.kind, "reason": self.reason}
+        if self.hint:
+            d["hint"] = self.hint
+        if self.provenance is not None:
+            d["provenance"] = self.provenance.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> NotMeasured:
+        reason, prov = d["reason"], d.get("provenance")  # KeyError: a missing field
+        return cls(
+            reason=_text(reason, "reason"),
+            hint=_text(d.get("hint", ""), "hint"),  # type: ignore[arg-type]
+            provenance=Provenance.from_dict(prov) if prov is not None else None,
+        )
+
+
+Result = Union[Measurement, Fact, NotMeasured]
+
+_KINDS = {cls.kind: cls for cls in (Measurement, Fact, NotMeasured)}
+
+
+def result_to_dict(result: Result) -> dict:
+    return result.to_dict()
+
+
+def result_from_dict(d: dict) -> Result:
+    """Rebuild a result from its JSON form.
+
+    Raises:
+        ValueError: not an object, an unknown kind, or a missing field (the structure is wrong).
+        InvalidValue: a field holds a value of the wrong type, or a non-finite or impossible one.
+    """
+    if not isinstance(d, dict):
+        raise ValueError(f"expected an object, got {describe_json_value(d)}")
+    kind = d.get("kind")
+    if not isinstance(kind, str) or kind not in _KINDS:
+        raise ValueError(f"unknown result kind {kind!r:.40} (expected one of {sorted(_KINDS)})")
+    try:
+        return _KINDS[kind].from_dict(d)
+    except KeyError as exc:
+        raise ValueError(f"{kind} is missing the field {exc.args[0]!r}") from None
+    except InvalidValue:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:  # the constructors' own checks (finite, n >= 1)
+        raise InvalidValue(str(exc)) from None

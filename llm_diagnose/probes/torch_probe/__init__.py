@@ -1,0 +1,76 @@
+"""The PyTorch probe: measure a serving process from inside it, expose Prometheus metrics.
+
+Two ways in:
+
+- import API, in the server's code::
+
+      from llm_diagnose.probes import torch_probe
+      torch_probe.start(port=9478)           # side port, 127.0.0.1 unless host= says otherwise
+      model = torch_probe.instrument(model)  # forward timings, KV accounting, generate requests
+
+- launcher, without touching the server::
+
+      llm-diagnose instrument [--port 9478] [--host 127.0.0.1] -- python server.py ...
+
+  which starts the command with this package's `sitecustomize` on PYTHONPATH: the metrics
+  server starts at interpreter start-up and every transformers model loaded with
+  `from_pretrained` is instrumented, continuous batching included (`autopatch`).
+
+The side port serves http://127.0.0.1:9478/metrics, a Prometheus page like any engine's
+(names: `llm_diagnose.probes.torch_probe.metrics`); `llm_diagnose.probes.torch_probe.evidence.evidence_from_window`
+turns a window of its scrapes (`llm_diagnose.probes.metrics.window.Window`) into evidence keys.
+torch is only touched through the instrumented model.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from llm_diagnose.probes.torch_probe.metrics import METRICS, PREFIX, markdown_table
+from llm_diagnose.probes.torch_probe.recorder import TorchProbe, classify_step
+
+__all__ = [
+    "TorchProbe",
+    "DEFAULT_PORT",
+    "DEFAULT_HOST",
+    "start",
+    "instrument",
+    "get_probe",
+    "METRICS",
+    "PREFIX",
+    "markdown_table",
+    "classify_step",
+]
+
+DEFAULT_PORT = 9478
+DEFAULT_HOST = "127.0.0.1"  # a metrics page says what runs where: not for the network unless asked
+
+_lock = threading.Lock()
+_probe: TorchProbe | None = None
+
+
+def get_probe() -> TorchProbe:
+    """The process's probe (created on first use, without a server)."""
+    global _probe
+    with _lock:
+        if _probe is None:
+            _probe = TorchProbe()
+        return _probe
+
+
+def start(port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, *, autopatch: bool = True) -> TorchProbe:
+    """Serve the process's probe on host:port and (by default) instrument transformers models as they load."""
+    probe = get_probe()
+    if probe.server is None:
+        probe.serve(port, host)
+    if autopatch:
+        from llm_diagnose.probes.torch_probe.autopatch import install
+
+        install(probe)
+    return probe
+
+
+def instrument(model: Any, probe: TorchProbe | None = None) -> Any:
+    """Hook `model` into `probe` (the process's probe by default); returns the model."""
+    return (probe or get_probe()).instrument(model)
