@@ -3,13 +3,20 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: demo test install clean-venv
+.PHONY: demo test check install clean-venv
 
 demo: install
 	$(PY) -m llm_diagnose demo
 
-test: install
+test: check
 	$(PY) -m pytest -q
+
+# Run before the tests (make test): lint, formatting, types, import-layer contracts (pyproject.toml).
+check: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 install: $(VENV)/.installed
 

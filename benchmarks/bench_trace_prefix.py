@@ -197,8 +197,8 @@ def bench_core(tokens: int, hash_requests: int, capacity_tokens: int, repeats: i
     for cap in (None, capacity_tokens):
         t_ref, ref, t_fast, (u, lru) = side_by_side(
             repeats,
-            lambda: reference_prefix_hits(lists, 16, None if cap is None else cap // 16),
-            lambda: fast_tokens(prompts, 16, cap),
+            lambda cap=cap: reference_prefix_hits(lists, 16, None if cap is None else cap // 16),
+            lambda cap=cap: fast_tokens(prompts, 16, cap),
         )
         check(ref, u, lru)
         name = "token ids, block 16, unlimited cache" if cap is None else f"token ids, block 16, + LRU of {cap} tokens"
@@ -229,7 +229,9 @@ def bench_core(tokens: int, hash_requests: int, capacity_tokens: int, repeats: i
     per_batch = max(b.requests for b in columns)
     for cap in (None, cap_blocks):
         t_ref, ref, t_fast, (u, lru) = side_by_side(
-            repeats, lambda: reference_prefix_hits(ids, 512, cap, hash_ids=True), lambda: fast_hash_ids(columns, cap)
+            repeats,
+            lambda cap=cap: reference_prefix_hits(ids, 512, cap, hash_ids=True),
+            lambda cap=cap: fast_hash_ids(columns, cap),
         )
         check(ref, u, lru)
         name = "hash ids (Mooncake), unlimited cache" if cap is None else f"hash ids, + LRU of {cap * 512} tokens"
@@ -320,13 +322,13 @@ def bench_files(tokens: int, hash_requests: int, repeats: int = 3) -> list[dict]
 def bench_memory(path: str, capacity_tokens: int | None) -> dict:
     # The child reports its own peak (VmHWM): a forked child's rusage would also count the pages
     # of this process (its in-memory traces) that it shared until exec.
+    root = str(Path(__file__).resolve().parents[1])
     code = (
-        "import sys, time; sys.path.insert(0, %r)\n"
+        f"import sys, time; sys.path.insert(0, {root!r})\n"
         "from llm_diagnose.probes.traces import analyze_trace\n"
-        "t = time.perf_counter(); a = analyze_trace(%r, kv_capacity_tokens=%r)\n"
+        f"t = time.perf_counter(); a = analyze_trace({path!r}, kv_capacity_tokens={capacity_tokens!r})\n"
         "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
         "print(a.requests, time.perf_counter() - t, a.prefix_reuse.token_fraction, hwm)\n"
-        % (str(Path(__file__).resolve().parents[1]), path, capacity_tokens)
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()

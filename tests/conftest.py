@@ -46,13 +46,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     """
     outcome = yield
     report = outcome.get_result()
-    tmp = getattr(item, "funcargs", {}).get("tmp_path")
-    if report.when != "call" or not report.failed or not isinstance(tmp, Path) or not tmp.is_dir():
+    if report.when != "call" or not report.failed:
+        return
+    funcargs = getattr(item, "funcargs", {})
+    tmp = funcargs.get("tmp_path")
+    # The servers' own logs (a VllmServer's .log): pytest rotates their folders away too.
+    logs = [Path(v.log) for v in funcargs.values() if isinstance(getattr(v, "log", None), (str, Path))]
+    logs = [log for log in logs if log.is_file()]
+    if not (isinstance(tmp, Path) and tmp.is_dir()) and not logs:
         return
     kept = ARTEFACTS_DIR / item.nodeid.replace("/", "_").replace("::", "__")[:150]
     shutil.rmtree(kept, ignore_errors=True)
-    shutil.copytree(tmp, kept, symlinks=True, dirs_exist_ok=True)
+    if isinstance(tmp, Path) and tmp.is_dir():
+        shutil.copytree(tmp, kept, symlinks=True, dirs_exist_ok=True)
+    kept.mkdir(parents=True, exist_ok=True)
     lines = [f"temporary folder kept at {kept}"]
+    for log in logs:
+        shutil.copy2(log, kept / log.name)
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-ARTEFACT_TAIL_LINES:]
+        lines += [f"--- server log {log.name} (last {len(tail)} lines)", *tail]
     for name in ("events.jsonl", "summary.txt"):
         for f in sorted(kept.rglob(name)):
             tail = f.read_text(encoding="utf-8", errors="replace").splitlines()[-ARTEFACT_TAIL_LINES:]

@@ -114,14 +114,73 @@ def test_python_dash_m_works():
     assert "exit codes:" in proc.stdout
 
 
-def test_every_command_has_help_and_an_example():
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
-    assert "decide" in sub.choices
-    for name, p in sub.choices.items():
-        assert name in COMMANDS
-        assert p.description or p.format_help(), name
+def _sub_commands(parser) -> dict:
+    return next(a for a in parser._actions if a.dest == "command").choices
+
+
+def test_the_parser_has_exactly_the_commands_each_with_help_and_an_example():
+    sub = _sub_commands(build_parser())
+    assert list(sub) == list(COMMANDS)
+    for name, p in sub.items():
+        assert p.description, name
         assert "example" in (p.epilog or "").lower(), f"'{name}' has no Example in its help"
+
+
+def test_the_top_level_help_is_the_same_without_importing_the_commands():
+    # `llm-diagnose --help` lists COMMANDS' summaries without importing a command; each must be
+    # the help= its own module gives, or the list would say something the command does not.
+    assert build_parser(full=()).format_help() == build_parser().format_help()
+    assert list(_sub_commands(build_parser(full=("decide",)))) == list(COMMANDS)
+
+
+def test_a_command_without_its_module_is_an_error(monkeypatch):
+    monkeypatch.setitem(COMMANDS, "no-such-command", "listed, but there is no module for it")
+    with pytest.raises(ModuleNotFoundError, match="no-such-command"):
+        build_parser()
+    with pytest.raises(ModuleNotFoundError, match="no-such-command"):
+        main(["no-such-command"])
+
+
+# What a command line imports, seen from a fresh interpreter (this one has imported everything).
+_IMPORTS_OF = """
+import contextlib, io, json, sys
+if sys.argv[1] == "--import":
+    __import__(sys.argv[2]); code = 0
+else:
+    from llm_diagnose.diagnose.cli import main
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(sys.argv[1:])
+        except SystemExit as exc:  # --help
+            code = exc.code
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+HEAVY = {"aiohttp", "prometheus_client"}  # the HTTP client and the metrics parser: live runs only
+
+
+def imports_of(*argv: str) -> set[str]:
+    proc = subprocess.run([sys.executable, "-c", _IMPORTS_OF, *argv], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["code"] == 0, proc.stderr
+    return set(result["modules"])
+
+
+def test_the_top_level_help_imports_no_command():
+    modules = imports_of("--help")
+    assert not {m for m in modules if m.startswith("llm_diagnose.diagnose.commands")}
+    assert not HEAVY & modules
+
+
+@pytest.mark.parametrize("argv", [("decide", "--help"), ("plan", "--help"), ("decide", "EVIDENCE")])
+def test_offline_commands_load_neither_the_http_client_nor_the_metrics_parser(argv, evidence_file):
+    modules = imports_of(*(str(evidence_file) if a == "EVIDENCE" else a for a in argv))
+    others = {m for m in modules if m.startswith("llm_diagnose.diagnose.commands.")} - {
+        "llm_diagnose.diagnose.commands.common",
+        f"llm_diagnose.diagnose.commands.{argv[0]}",
+    }
+    assert not others  # a command imports its own module alone
+    assert not HEAVY & modules, HEAVY & modules
 
 
 def test_readme_documents_every_identifier_and_exit_code():

@@ -177,30 +177,29 @@ def test_a_mooncake_trace_replays_with_the_prefixes_its_hash_ids_share(small_vll
 # --- Q6: injected prefills stall steady streams, and the tree says so -------------------------------
 @real
 def test_injected_long_prefills_show_interference_that_the_tree_reports(small_vllm, tmp_path):
-    for attempt in range(3):
-        run_dir = tmp_path / f"try-{attempt}"
-        results = _active(small_vllm, run_dir, ("interference",))
-        hole = results[Q.ITL_INFLATION]
-        # On the shared 2-core host the client was seen not scheduled at all for 3-8 s (event-loop
-        # lag, 0.03 s of client CPU): the experiment then says "not measured" and names the stall,
-        # which is correct. Only such a hole earns another try; any other one fails at once.
-        if isinstance(hole, Measurement) or "event loop stalled" not in hole.reason:
-            break
-    tmp_path = run_dir
+    # No retry here: a run whose client was starved (seen on this shared 2-core host: not
+    # scheduled for 3-8 s) is repeated by the product itself when the budget has room
+    # (experiment-repeated in events.jsonl), and this budget (100 requests, 30 s) has room.
+    results = _active(small_vllm, tmp_path, ("interference",))
     inflation = results[Q.ITL_INFLATION]
     assert isinstance(inflation, Measurement), inflation
     assert inflation.value >= 1.5 and inflation.summary is not None and inflation.summary.ci_low > 1.0, inflation.note
     answer = ask_q6(Evidence(Target(small_vllm.url), results), Thresholds())
-    assert answer.answer == "yes", answer.rationale
+    if any(w.startswith(Q.CLIENT_STARVED_WARNING) for w in inflation.warnings):  # starved in both attempts
+        assert answer.verdict == "inconclusive" and "client starved" in answer.rationale, answer.rationale
+    else:
+        assert answer.answer == "yes", answer.rationale
     stall = results[Q.INTERFERENCE_STALL_MAX]
     assert isinstance(stall, Measurement) and stall.value > results[Q.INTERFERENCE_BASELINE_ITL_P50].value
     events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    starts = [i for i, e in enumerate(events) if e["event"] == "experiment-start"]
+    events = events[starts[-1] :]  # the attempt the results come from (a starved first one is repeated)
     injected = [e for e in events if e["event"] == "prefill-injected"]
     done = {e["request_id"]: e for e in events if e["event"] == "prefill-done"}
     stopped = {e["request_id"] for e in events if e["event"] == "prefill-stopped"}
     assert len(done) >= 3 and all(e["request_id"] in done or e["request_id"] in stopped for e in injected)
     sent = {r.request_id: r.t_send for r in read_records(tmp_path) if r.phase == "inject"}
-    assert set(sent) == {e["request_id"] for e in injected}  # every injection has its record
+    assert {e["request_id"] for e in injected} <= set(sent)  # every injection has its record
     for e in injected:  # the injection time on file is the request's own send time, written as it left
         assert e["t_send"] == round(sent[e["request_id"]], 7) and 0 <= e["t"] - e["t_send"] < 0.5
 
@@ -273,32 +272,55 @@ def test_prefix_experiment_tells_a_working_cache_and_cannot_be_fooled_by_a_warm_
 # --- Q3: continuous batching against a one-at-a-time PyTorch server ----------------------------------
 @real
 def test_short_requests_do_not_wait_for_long_ones_on_vllm(small_vllm, tmp_path):
-    # Six rounds: this shared 2-core host stalls a process for 100-500 ms now and then (measured),
-    # which doubles a ~80 ms probe; it takes four such stalls in six rounds to move the median.
+    # Six rounds of each kind. The claim is the product's: no false verdict. A verdict needs the
+    # slowdown's whole interval past 2.0; a client starved while measuring gives none (its run
+    # is repeated when the budget has room). Inconclusive is an honest answer on a noisy host;
+    # "short requests wait for long ones" on vLLM, which batches continuously, never is.
     step = HeterogeneityPlan(
         peers=2, rounds=6, alone_rounds=1, prompt_tokens=16, short_tokens=16, long_tokens=128, time_cap_s=25
     )
-    plan = ExperimentPlan(ActiveBudget(40, 30), (("heterogeneity", step),))
-    results = _active(small_vllm, tmp_path, ("heterogeneity",), plan=plan)
+    budget = ActiveBudget(100, 60)  # room for the product's own repeat of a starved attempt (43 requests each)
+    plan = ExperimentPlan(budget, (("heterogeneity", step),))
+    results = _active(small_vllm, tmp_path, ("heterogeneity",), budget=budget, plan=plan)
     slowdown = results[Q.SHORT_WAIT_FOR_LONG]
-    assert isinstance(slowdown, Measurement) and slowdown.value < 2.0, (slowdown.value, slowdown.note)
-    assert ask_q3(Evidence(Target(small_vllm.url), results), Thresholds()).verdict != "short-waits-for-long"
+    assert isinstance(slowdown, Measurement) and slowdown.summary is not None, slowdown
+    answer = ask_q3(Evidence(Target(small_vllm.url), results), Thresholds())
+    assert answer.verdict != "short-waits-for-long", (answer.rationale, slowdown.note)
+    if answer.verdict == "inconclusive":  # then it must say why, and what would settle it
+        assert "to settle it" in answer.rationale and answer.missing, answer.rationale
+    # What was sent is on file, body for body, so another client can replay it (inputs.jsonl):
+    # every POST that left (the /tokenize one is the budget's other slot) and nothing else.
+    inputs = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
+    records = list(read_records(tmp_path))
+    assert {i["request_id"] for i in inputs} == {r.request_id for r in records}
+    run_end = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()][-1]
+    assert run_end["event"] == "run-end" and run_end["sent"] == len(inputs) + 1
+    by_id = {r.request_id: r for r in records}
+    for i in inputs:
+        assert i["method"] == "POST" and i["path"] == "/v1/completions" and i["body"]["stream"] is True
+        long_peer = i["phase"].endswith("long-peers") and "-peer-" in i["request_id"]  # warm-up rounds too
+        assert i["body"]["max_tokens"] == (128 if long_peer else 16), i
+        assert i["experiment"] == "heterogeneity" and i["phase"] == by_id[i["request_id"]].phase
 
 
 @real
 def test_short_requests_wait_for_long_ones_on_a_static_pytorch_server(tiny_model_dir, tmp_path):
     # `transformers serve` streams ~30 tokens/s here, one request at a time, and cannot be told to
     # ignore EOS (its random-weight model may stop a "long" request early): 64 against 4 tokens.
+    # Three rounds of each kind: a verdict needs an interval (evidence.min_live_samples).
     step = HeterogeneityPlan(
-        peers=2, rounds=2, alone_rounds=1, prompt_tokens=16, short_tokens=4, long_tokens=64, time_cap_s=40
+        peers=2, rounds=3, alone_rounds=1, prompt_tokens=16, short_tokens=4, long_tokens=64, time_cap_s=40
     )
-    plan = ExperimentPlan(ActiveBudget(20, 45), (("heterogeneity", step),))
+    budget = ActiveBudget(28, 45)
+    plan = ExperimentPlan(budget, (("heterogeneity", step),))
     with TransformersServer(tiny_model_dir, tmp_path / "server") as server:  # plain generate(): no batching
-        results = _active(server, tmp_path / "run", ("heterogeneity",), plan=plan)
+        results = _active(server, tmp_path / "run", ("heterogeneity",), budget=budget, plan=plan)
     slowdown = results[Q.SHORT_WAIT_FOR_LONG]
-    assert isinstance(slowdown, Measurement) and slowdown.value >= 2.0, (slowdown.value, slowdown.note)
+    assert isinstance(slowdown, Measurement) and slowdown.summary is not None, slowdown
+    assert slowdown.summary.ci_low >= 2.0, (slowdown.value, slowdown.summary, slowdown.note)
     answer = ask_q3(Evidence(Target(server.url), results), Thresholds())
-    assert answer.answer == "yes" and answer.verdict == "short-waits-for-long"
+    assert answer.answer == "yes" and answer.verdict == "short-waits-for-long", answer.rationale
+    assert "interval" in answer.rationale
 
 
 # --- Q5: speculative decoding off is reported as off ------------------------------------------------------

@@ -1,6 +1,7 @@
 """Fuzzing the commands that read files users bring: `decide` (evidence JSON; `report` and `gate`
-on a run folder holding it too) and `trace` (every trace format, plain and gzipped). Whatever the input, the command line answers with a
-documented exit code (README "Exit codes") and never a traceback.
+on a run folder holding it too) and `trace` (every trace format, plain and gzipped). Whatever the
+input, the command line answers with a documented exit code (README "Exit codes") and never a
+traceback.
 
 The CLI entry (llm_diagnose.diagnose.cli.main) runs in-process, so an exception that escapes it fails the
 test with its own traceback, and stdout/stderr are captured per example.

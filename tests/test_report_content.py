@@ -11,8 +11,9 @@ from markdown_it import MarkdownIt
 
 from llm_diagnose.diagnose.cli import main
 from llm_diagnose.diagnose.report import content as report_content
-from llm_diagnose.diagnose.report import html, markdown, svg
+from llm_diagnose.diagnose.report import figures, html, markdown, svg
 from llm_diagnose.diagnose.report.content import format_value
+from llm_diagnose.diagnose.runfolder import RunFolder
 from llm_diagnose.diagnose.tree import diagnose
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence, Target
@@ -72,7 +73,7 @@ def test_markdown_report_renders_as_tables_whose_cells_hold_the_strings_exactly(
         r.technique for r in d.recommendations if r.status in ("recommended", "not-working")
     ]
     assert any("--enable-prefix-caching" in row[5] for row in recs[1:]), "the setting to change is shown"
-    provenance = dict((row[0], row[1]) for row in md.tables[-1][1:])
+    provenance = {row[0]: row[1] for row in md.tables[-1][1:]}
     assert provenance["model"] == f"evil|model{XSS}", "markup and pipes survive as text"
     assert provenance["target"] == f"http://127.0.0.1:8000/{XSS}"
     assert "script" not in md.tags, "no tag reaches the rendered page"
@@ -159,7 +160,7 @@ def _ev(items: dict) -> Evidence:
 
 def test_each_figure_reads_its_documented_keys(tmp_path):
     run_dir = write_run(tmp_path / "run", rich_evidence())
-    figs = {f.id: f for f in svg.figures(rich_evidence(), run_dir)}
+    figs = {f.id: f for f in figures.figures(rich_evidence(), RunFolder.load(run_dir))}
     assert all(f.drawn for f in figs.values())
     assert "40 completed requests" in figs["output-lengths"].caption
     assert "4 prefill events" in figs["itl-over-time"].caption
@@ -167,7 +168,7 @@ def test_each_figure_reads_its_documented_keys(tmp_path):
     assert "5 capacities" in figs["prefix-reuse"].caption and "7 batch sizes" in figs["decode-vs-batch"].caption
     assert "weights: 16.00 GiB (20%)" in figs["memory"].svg and "free: 8.00 GiB (10%)" in figs["memory"].svg
     # Without the run folder the output lengths come from the Measurement's samples.
-    assert "300 samples of outputs.length_p50" in svg.figures(rich_evidence())[0].caption
+    assert "300 samples of outputs.length_p50" in figures.figures(rich_evidence())[0].caption
 
 
 def test_figures_fall_back_or_say_why_not():
@@ -180,7 +181,7 @@ def test_figures_fall_back_or_say_why_not():
             "prefix.lru_fraction_at_capacity": Measurement(0.3, "fraction", PROV),
         }
     )
-    figs = {f.id: f for f in svg.figures(ev)}
+    figs = {f.id: f for f in figures.figures(ev)}
     assert figs["output-lengths"].drawn and "summary only" in figs["output-lengths"].caption
     assert figs["memory"].missing == "memory.device_total_bytes: no NVIDIA driver on this machine (run on the GPU host)"
     assert figs["prefix-reuse"].drawn and "0 capacities" in figs["prefix-reuse"].caption
@@ -196,7 +197,7 @@ def test_memory_beyond_the_device_is_drawn_to_scale_and_said():
             "memory.weights_bytes": Measurement(30 * gib, "bytes", PROV),
         }
     )
-    fig = svg.memory_breakdown(ev)
+    fig = figures.memory_breakdown(ev)
     assert fig.drawn and "more than the device holds" in fig.caption and "free: 0.00 GiB" in fig.svg
 
 

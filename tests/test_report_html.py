@@ -26,6 +26,7 @@ import aiohttp
 import pytest
 
 from llm_diagnose.diagnose.report import html
+from llm_diagnose.diagnose.runfolder import RunFolder
 from llm_diagnose.diagnose.tree import diagnose
 from tests.test_report_samples import FAKE_PROMPT, XSS, hostile_evidence, rich_evidence, write_run
 
@@ -201,8 +202,9 @@ def png_facts(path: Path) -> tuple[int, int, int]:
 
 def _write_page(tmp_path: Path, evidence, name: str, *, run_dir=None, include_prompts=False) -> Path:
     page = tmp_path / f"{name}.html"
+    run = RunFolder.load(run_dir) if run_dir is not None else None
     page.write_text(
-        html.render(diagnose(evidence), evidence, run_dir=run_dir, include_prompts=include_prompts), encoding="utf-8"
+        html.render(diagnose(evidence), evidence, run=run, include_prompts=include_prompts), encoding="utf-8"
     )
     return page
 
@@ -238,7 +240,7 @@ def test_figures_without_data_say_not_measured_and_why(tmp_path):
 
     loaded = load_run(run_dir / "diagnosis.json")  # no evidence.json beside it: nothing to plot
     page = tmp_path / "bare.html"
-    page.write_text(html.render(loaded.diagnosis, loaded.evidence, run_dir=loaded.run_dir), encoding="utf-8")
+    page.write_text(html.render(loaded.diagnosis, loaded.evidence, run=loaded.folder), encoding="utf-8")
     v = visit(page, tmp_path)
     assert v.errors == [] and v.requests == []
     assert all(not fig["drawn"] and fig["missing"].startswith("not measured:") for fig in v.facts["figures"])

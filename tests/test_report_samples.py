@@ -59,7 +59,8 @@ def rich_evidence(seed: int = 7) -> Evidence:
         "decode.itl_p50_s": _sampled([rng.gauss(0.03, 0.004) for _ in range(200)], "s"),
         "latency.ttft_p50_s": _sampled([rng.gauss(0.2, 0.02) for _ in range(200)], "s"),
         "throughput.generation_tokens_per_s": _sampled([rng.gauss(900, 40) for _ in range(60)], "1/s"),
-        "interference.itl_inflation": _m(2.4, "ratio"),
+        # a live ratio carries its interval (the tree judges live keys by it)
+        "interference.itl_inflation": _m(2.4, "ratio", [2.1, 2.2, 2.3, 2.4, 2.4, 2.5, 2.6, 2.7, 2.8]),
         "live.window_s": _m(60.0, "s"),
     }
     for cap, frac in ((50_000, 0.12), (100_000, 0.25), (200_000, 0.38), (800_000, 0.58), (1_600_000, 0.61)):

@@ -418,7 +418,7 @@ def _stalling(tokens: int = 3, gap_s: float = 0.01):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         if body.get("prompt") == "slow":  # a healthy stream, just slow: 20 ms a token, never silent long
-            for i in range(10_000):
+            for _ in range(10_000):
                 await resp.write(b'data: {"choices":[{"index":0,"text":"x","finish_reason":null}]}\n\n')
                 await asyncio.sleep(0.02)
         if body.get("prompt") == "queued":  # headers, no token yet: waiting in the queue

@@ -107,7 +107,10 @@ def test_selection_on_cpu_says_why_cuda_was_not_taken() -> None:
 
 
 def test_importing_the_timing_core_needs_no_torch() -> None:
-    code = "import sys, llm_diagnose.probes.timing, llm_diagnose.probes.microbench.roofline; assert 'torch' not in sys.modules"
+    code = (
+        "import sys, llm_diagnose.probes.timing, llm_diagnose.probes.microbench.roofline; "
+        "assert 'torch' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

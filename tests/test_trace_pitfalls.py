@@ -6,12 +6,19 @@ import json
 
 import pytest
 
+from llm_diagnose.diagnose.trace_findings import trace_findings
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes.traces import analyze_trace, synthetic
 from llm_diagnose.probes.traces.pitfalls import classify_varying
 
 
+def _findings(a):
+    """The findings `llm-diagnose trace` prints, judged with the default thresholds."""
+    return trace_findings(a, Thresholds())
+
+
 def _ids(a):
-    return [f.id for f in a.findings]
+    return [f.id for f in _findings(a)]
 
 
 @pytest.mark.parametrize("kind, category", [("iso", "ISO timestamp"), ("uuid", "uuid"), ("int", "integer id")])
@@ -21,7 +28,7 @@ def test_dynamic_prefix_says_where_and_what(tmp_path, kind, category):
     a = analyze_trace(path)
     assert a.prefix_reuse.token_fraction < 0.05  # the cache sees almost nothing ...
     assert a.similarity.dynamic_fraction > 0.8  # ... of content that is nearly all shared
-    (finding,) = [f for f in a.findings if f.id == "dynamic-prefix"]
+    (finding,) = [f for f in _findings(a) if f.id == "dynamic-prefix"]
     assert finding.severity == "critical"
     example = finding.evidence["examples"][0]
     assert example["what_varies"] == category
@@ -35,7 +42,7 @@ def test_prompt_text_is_not_shown_unless_asked(tmp_path):
     synthetic.dynamic_text_prompts(path, n=40, kind="iso")
     hidden = json.dumps(analyze_trace(path).to_dict())
     assert "2024-03" not in hidden and "helpful assistant" not in hidden
-    shown = analyze_trace(path, show_text=True).findings[0].evidence["examples"][0]["snippets"]
+    shown = _findings(analyze_trace(path, show_text=True))[0].evidence["examples"][0]["snippets"]
     assert all(s.startswith("2024-03-") for s in shown)
 
 
@@ -44,7 +51,7 @@ def test_first_token_differences_are_dynamic_prefix(tmp_path):
     synthetic.first_token_differs(path, n=60, length=512)
     a = analyze_trace(path)
     assert a.similarity.dynamic_fraction > 0.9
-    (finding,) = a.findings
+    (finding,) = _findings(a)
     assert finding.id == "dynamic-prefix" and finding.evidence["divergence_token"] == 0
     assert finding.evidence["examples"][0]["what_varies"] == "token span of 1"
 
@@ -54,7 +61,7 @@ def test_shared_prefixes_without_dynamic_content_raise_nothing(tmp_path):
     synthetic.shared_prefix_tokens(path, groups=3, per_group=40, prefix_blocks=8)
     a = analyze_trace(path)
     assert a.similarity.dynamic_fraction < 0.02
-    assert a.findings == ()
+    assert _findings(a) == ()
 
 
 def test_unstable_serialization_counts_reordered_payloads(tmp_path):
@@ -65,7 +72,7 @@ def test_unstable_serialization_counts_reordered_payloads(tmp_path):
     assert s.unstable_requests == 19  # requests 3, 6, ..., 57
     assert s.unstable_fraction == pytest.approx(19 / 60) and s.locations == {"tools": 19}
     assert "unstable-serialization" in _ids(a)
-    assert "sort_keys=True" in next(f for f in a.findings if f.id == "unstable-serialization").fix
+    assert "sort_keys=True" in next(f for f in _findings(a) if f.id == "unstable-serialization").fix
 
 
 def test_stable_serialization_and_json_inside_prompts(tmp_path):

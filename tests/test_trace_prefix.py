@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llm_diagnose.diagnose.trace_findings import trace_findings
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes.traces import analyze_trace, synthetic
 from llm_diagnose.probes.traces.hashing import Groups, chained_block_hashes
 from llm_diagnose.probes.traces.hashset import SortedRunSet
@@ -274,7 +276,7 @@ def test_multi_turn_history_is_counted(tmp_path):
     rng = random.Random(0)
     rows = []
     history: list[int] = []
-    for turn in range(5):
+    for _turn in range(5):
         history = history + [rng.randrange(100, 30000) for _ in range(64)]  # 4 full blocks per turn
         rows.append(history)
     path = tmp_path / "chat.jsonl"
@@ -296,8 +298,8 @@ def test_mooncake_unlimited_and_lru(tmp_path):
     big = analyze_trace(path, kv_capacity_tokens=512 * 10**6)
     assert small.prefix_reuse.lru_token_fraction < big.prefix_reuse.lru_token_fraction
     assert big.prefix_reuse.lru_token_fraction == pytest.approx(expected.prefix_token_fraction)
-    assert "kv-offload" in [f.id for f in small.findings]
-    assert "kv-offload" not in [f.id for f in big.findings]
+    assert "kv-offload" in [f.id for f in trace_findings(small, Thresholds())]
+    assert "kv-offload" not in [f.id for f in trace_findings(big, Thresholds())]
 
 
 def test_hashes_do_not_depend_on_the_token_dtype():

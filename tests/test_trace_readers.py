@@ -366,3 +366,15 @@ def test_numeric_lines_values_of_every_length():
     assert not bad and parsed.columns["n"].tolist() == values
     assert parsed.items.tolist() == [x for v in values for x in (v, 1, v)]
     assert parsed.counts.tolist() == [3] * len(values)
+
+
+def test_a_transposed_batch_has_the_fields_of_a_request():
+    # The analysis transposes a batch with _Columns(*zip(*batch)): each column must be the field it is named for.
+    from llm_diagnose.probes.traces.analysis import _Columns
+    from llm_diagnose.probes.traces.records import TraceRequest
+
+    assert _Columns._fields == TraceRequest._fields
+    batch = [TraceRequest(line=1, timestamp_s=0.5, text="a"), TraceRequest(line=2, output_tokens=7)]
+    cols = _Columns(*zip(*batch))
+    assert cols.line == (1, 2) and cols.timestamp_s == (0.5, None) and cols.output_tokens == (None, 7)
+    assert cols.text == ("a", None)

@@ -6,7 +6,9 @@ import pytest
 
 from llm_diagnose.diagnose.tree.questions import ASK
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
-from tests.evidence_builders import build, sampled
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.results import Measurement
+from tests.evidence_builders import PROV, build, live, sampled
 
 TH = Thresholds()
 
@@ -122,8 +124,10 @@ CASES = [
     ("Q3", {"outputs.length_cv": 1.2, "batch.running_mean": 4.0}, "yes", None),  # running as a fallback
     ("Q3", {"outputs.length_cv": 1.2, "batch.running_mean": 1.0, "queue.waiting_mean": 1.0}, "yes", None),
     ("Q3", {"outputs.length_cv": 1.2, "batch.running_mean": 1.0, "queue.waiting_mean": 0.999}, "no", None),
-    ("Q3", {"batching.short_request_slowdown": 2.0}, "yes", "short-waits-for-long"),
-    ("Q3", {"batching.short_request_slowdown": 1.99, "outputs.length_cv": 0.1}, "no", None),
+    # Live keys are judged by their interval: the whole interval on one side of the line.
+    ("Q3", {"batching.short_request_slowdown": live(2.05, 2.0, 2.1)}, "yes", "short-waits-for-long"),
+    ("Q3", {"batching.short_request_slowdown": live(1.95, 1.9, 1.99), "outputs.length_cv": 0.1}, "no", None),
+    ("Q3", {"batching.short_request_slowdown": live(2.05, 1.99, 2.1)}, "unknown", "inconclusive"),
     ("Q3", {"outputs.length_cv": 1.2}, "unknown", None),
     # Q4 -- fragmentation caps the batch?
     ("Q4", {"kv.waste_fraction": 0.30}, "yes", None),
@@ -140,8 +144,9 @@ CASES = [
     ("Q5", {"decode.itl_p50_s": 0.08, "decode.time_share": 0.50}, "yes", None),
     ("Q5", {}, "unknown", None),
     # Q6 -- prefill/decode contention?
-    ("Q6", {"interference.itl_inflation": 1.5}, "yes", None),
-    ("Q6", {"interference.itl_inflation": 1.4999}, "no", None),
+    ("Q6", {"interference.itl_inflation": live(1.55, 1.5, 1.6)}, "yes", None),
+    ("Q6", {"interference.itl_inflation": live(1.45, 1.4, 1.4999)}, "no", None),
+    ("Q6", {"interference.itl_inflation": live(1.55, 1.4999, 1.6)}, "unknown", "inconclusive"),
     ("Q6", {"interference.prompt_itl_correlation": 0.5}, "yes", None),
     ("Q6", {"interference.prompt_itl_correlation": 0.4999}, "no", None),
     ("Q6", {"interference.itl_inflation": 1.2, "interference.prompt_itl_correlation": 0.9}, "no", None),
@@ -241,13 +246,28 @@ def test_every_confidence_rule_is_named_and_sourced():
         assert t.meaning and t.source and t.unit and 0.0 < t.default <= 1.0
 
 
-def test_interference_interval_straddling_one_lowers_confidence():
-    noisy = sampled([0.7, 1.0, 1.6, 2.4, 3.0])  # median 1.6, CI spans 1
+def test_a_live_interval_across_the_line_is_inconclusive_and_says_what_would_settle_it():
+    noisy = sampled([0.7, 1.0, 1.6, 2.4, 3.0])  # median 1.6 over the 1.5 line, but its interval spans it
     clean = sampled([1.6] * 9)
     a_noisy = ASK["Q6"](build({"interference.itl_inflation": noisy}), TH)
     a_clean = ASK["Q6"](build({"interference.itl_inflation": clean}), TH)
-    assert a_noisy.answer == a_clean.answer == "yes"
-    assert a_noisy.confidence < a_clean.confidence
+    assert (a_noisy.answer, a_noisy.verdict, a_noisy.confidence) == ("unknown", "inconclusive", 0.0)
+    assert "straddles the threshold q6.min_itl_inflation" in a_noisy.rationale
+    assert any(m.evidence == "Q6.verdict" and "--budget-requests" in m.hint for m in a_noisy.missing)
+    assert a_clean.answer == "yes" and a_clean.confidence > 0.5
+
+
+def test_no_live_verdict_from_a_single_probe_or_a_starved_client():
+    single = Measurement(3.0, "ratio", PROV)  # one probe each side: no interval
+    assert single.summary is None
+    a = ASK["Q3"](build({"batching.short_request_slowdown": single}), TH)
+    assert (a.answer, a.verdict) == ("unknown", "inconclusive") and "too few for an interval" in a.rationale
+    starved = live(3.0, 2.8, 3.2, warnings=(f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 444 ms",))
+    a = ASK["Q3"](build({"batching.short_request_slowdown": starved}), TH)
+    assert (a.answer, a.verdict) == ("unknown", "inconclusive") and "event-loop lag p99 444 ms" in a.rationale
+    # ... and a starved client's measurement is no evidence for "no" either
+    a = ASK["Q6"](build({"interference.itl_inflation": live(1.0, 0.9, 1.1, warnings=(Q.CLIENT_STARVED_WARNING,))}), TH)
+    assert a.verdict == "inconclusive"
 
 
 def test_threshold_override_moves_the_boundary(tmp_path):
@@ -257,3 +277,10 @@ def test_threshold_override_moves_the_boundary(tmp_path):
     assert ASK["Q5"](build({"decode.itl_p50_s": 0.02}), th).answer == "yes"
     assert ASK["Q5"](build({"decode.itl_p50_s": 0.02}), TH).answer == "no"
     assert th.overridden == {"q5.max_itl_p50_s"}
+
+
+def test_a_starved_clients_token_gaps_are_no_evidence_of_slow_decode():
+    starved = Measurement(0.4, "s", PROV, warnings=(f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 300 ms",))
+    a = ASK["Q5"](build({"decode.itl_p50_s": starved, "decode.itl_p99_s": 0.9}), TH)
+    assert (a.answer, a.verdict) == ("unknown", "inconclusive") and "lag p99 300 ms" in a.rationale
+    assert ASK["Q5"](build({"decode.itl_p50_s": 0.4}), TH).answer == "yes"  # the same figure, believed

@@ -3,6 +3,12 @@
 Every sub-command lives in `llm_diagnose/diagnose/commands/<name>.py` with `register(subparsers)`, which
 adds its parser and sets `func`. `func(args) -> int` returns the exit code; library errors
 (`llm_diagnose.diagnose.errors`) become one line on stderr and their documented exit code.
+
+Commands are imported lazily: a run imports the module of its own command alone, and
+`llm-diagnose --help` imports none (it lists COMMANDS' one-line summaries), so an offline
+`decide` never loads the HTTP client or the Prometheus parser that `run` needs. A command module
+keeps its own imports light for the same reason: `register` builds the parser, and what the
+command runs is imported inside the handler.
 """
 
 from __future__ import annotations
@@ -10,10 +16,24 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Collection
 
 from llm_diagnose.diagnose.errors import DiagnoseError, ExitCode
 
-COMMANDS = ("decide", "run", "demo", "trace", "report", "gate", "instrument", "microbench", "fleet", "plan")
+# The sub-commands, in the order of `llm-diagnose --help`, with the line it shows for each (the
+# same text as the `help=` of the command's own parser: tests/test_cli_decide.py holds them equal).
+COMMANDS: dict[str, str] = {
+    "decide": "diagnose saved evidence (offline)",
+    "run": "attach to a live server, measure, diagnose",
+    "demo": "diagnose a real local vLLM running a tiny model (the embedded default)",
+    "trace": "analyse a request trace (prefix reuse, lengths, arrivals, prompt pitfalls)",
+    "report": "write a diagnosis as HTML, Markdown or JSON",
+    "gate": "compare two runs; fail on a regression beyond the noise",
+    "instrument": "run a PyTorch serving command with the in-process probe",
+    "microbench": "time a model's decode/prefill steps against the machine's ceilings",
+    "fleet": "read a fleet's engine metrics from Prometheus and compare the replicas",
+    "plan": "replicas and GPUs needed for a target rate (capacity planning)",
+}
 
 EPILOG = """exit codes: 0 done; 1 gate found a regression; 2 bad usage or input;
 3 target unreachable or not an LLM server; 4 partial run (results kept);
@@ -28,24 +48,46 @@ class _Parser(argparse.ArgumentParser):
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _VersionAction(argparse.Action):
+    """`--version`, looked up when asked for: the lookup imports the evidence module, which the
+    parser of every other invocation does without."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(_version() + "\n")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
+def build_parser(full: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The command line. The sub-commands named in `full` (default: all) get their whole parser
+    (their module is imported and registers it); the others are listed by name and summary only,
+    enough for the top-level help and for argparse to tell a command from a typo.
+
+    Raises:
+        ModuleNotFoundError: a command of COMMANDS has no module (a packaging error, never skipped).
+    """
     parser = _Parser(
         prog="llm-diagnose",
         description="Diagnose the bottleneck of an LLM server from measurements.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_VersionAction, help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"llm_diagnose.diagnose.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"llm_diagnose.diagnose.commands.{name}":
-                raise
-            continue  # a command not built yet is simply absent from --help
-        module.register(sub)
+    for name, summary in COMMANDS.items():
+        if full is None or name in full:
+            importlib.import_module(f"llm_diagnose.diagnose.commands.{name}").register(sub)
+        else:
+            sub.add_parser(name, help=summary)
     return parser
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The sub-command argparse will pick: the first argument that is not an option (the top
+    level's options, --help and --version, take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _version() -> str:
@@ -55,7 +97,9 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command_of(argv)
+    parser = build_parser(full=(command,) if command in COMMANDS else ())
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -1,6 +1,23 @@
-"""Running the probes against a target and writing the run folder.
+"""Collecting evidence: `run`'s runner of probes, and the evidence rebuilt offline.
 
-This is the only module of `diagnose` that runs probes; everything else judges evidence.
+`run_target` runs the passive probes against a target (discovery, the /metrics scrape window,
+GPU memory through NVML, the PyTorch probe's page), with the active experiments `run --active`
+hands it as `active`, then diagnoses and writes the run folder; `demo` calls it too. The offline
+builders, `evidence_from_scrapes` (a folder an interrupted run left) and `trace_items_for` (a
+trace, analysed by `llm_diagnose.probes.traces`), serve `decide`, `report` and `fleet`, which never
+touch a target: so the probes that talk to a server (and the HTTP client under them) are
+imported by the functions that run them, not by this module.
+
+The other places that run probes, each for its own command:
+
+- `commands/run.py`: plans the active experiments (one GET /v1/models) before `run_target`;
+- `llm_diagnose.diagnose.capacity.live`: the live goodput search of `plan --active` (load);
+- `commands/fleet.py`: a fleet's metrics read from Prometheus (`probes.metrics.prometheus_api`);
+- `commands/microbench.py`: a model timed in-process (`probes.microbench`);
+- `commands/instrument.py`: a server started with the PyTorch probe inside it;
+- `commands/trace.py`: a trace analysed on its own (`probes.traces`);
+- `llm_diagnose.diagnose.demo`: the demo's own load on the local server it starts.
+
 A run folder holds, as they are produced:
 
 - `metrics.jsonl`: every raw scrape, appended and flushed as it is taken;
@@ -17,6 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.errors import TargetError, UsageError
 from llm_diagnose.diagnose.report import console
@@ -26,14 +44,11 @@ from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence, Target
 from llm_diagnose.diagnose.tree.slo import SLO
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
-from llm_diagnose.probes import discovery, nvml
 from llm_diagnose.probes import quantities as Q
-from llm_diagnose.probes.http import InvalidTargetURL, ProbeHTTPError, make_session, normalize_base_url, redact_url
-from llm_diagnose.probes.metrics.passive import passive_evidence
-from llm_diagnose.probes.metrics.scraper import scrape_window
-from llm_diagnose.probes.metrics.window import ScrapeRecord, Window
 from llm_diagnose.probes.results import Result
-from llm_diagnose.probes.torch_probe.evidence import evidence_from_window as torch_probe_evidence
+
+if TYPE_CHECKING:
+    from llm_diagnose.probes.metrics.window import ScrapeRecord, Window
 
 __all__ = ["RunPlan", "RunResult", "run_target", "finish_run", "window_restarts", "evidence_from_scrapes"]
 
@@ -100,6 +115,9 @@ def _restart_line(restarts: tuple[float, ...]) -> str:
 def evidence_from_scrapes(run_dir: Path) -> Evidence:
     """Evidence rebuilt from a run folder's metrics.jsonl alone: what an interrupted run (Ctrl-C,
     a killed process) leaves behind. Passive evidence only; the window is marked incomplete."""
+    from llm_diagnose.probes.metrics.passive import passive_evidence
+    from llm_diagnose.probes.metrics.window import Window
+
     path = Path(run_dir) / METRICS
     try:
         window = Window.from_jsonl(path)
@@ -116,6 +134,12 @@ def evidence_from_scrapes(run_dir: Path) -> Evidence:
 async def _collect(
     plan: RunPlan, on_sample: Callable[[ScrapeRecord, int], None] | None, active: Callable | None
 ) -> tuple[dict[str, Result], str, tuple[float, ...]]:
+    from llm_diagnose.probes import discovery, nvml
+    from llm_diagnose.probes.http import make_session, normalize_base_url
+    from llm_diagnose.probes.metrics.passive import passive_evidence
+    from llm_diagnose.probes.metrics.scraper import scrape_window
+    from llm_diagnose.probes.torch_probe.evidence import evidence_from_window as torch_probe_evidence
+
     base = normalize_base_url(plan.url)
     async with make_session() as session:
         found = await discovery.discover(base, metrics_url=plan.metrics_url, session=session)
@@ -182,6 +206,8 @@ def finish_run(
     plan: RunPlan, items: dict[str, Result], partial: str = "", restarts: tuple[float, ...] = ()
 ) -> RunResult:
     """Diagnose what was collected and write evidence, diagnosis and summary."""
+    from llm_diagnose.probes.http import redact_url
+
     evidence = Evidence(Target(url=redact_url(plan.url), label=plan.out_dir.name), items)
     evidence = evidence.with_items(plan.extra_items)
     diagnosis = diagnose(evidence, plan.thresholds, slo=plan.slo)
@@ -205,6 +231,8 @@ def run_target(
     Raises TargetError when nothing can be measured (unreachable, not an LLM server, no
     metrics). A target that failed mid-run still gives a result, with `partial` saying why.
     """
+    from llm_diagnose.probes.http import InvalidTargetURL, ProbeHTTPError
+
     plan.out_dir.mkdir(parents=True, exist_ok=True)
     try:
         items, partial, restarts = asyncio.run(_collect(plan, on_sample, active))

@@ -6,7 +6,7 @@ with the code. Each message says what is wrong and what to do about it.
 
 from __future__ import annotations
 
-__all__ = ["ExitCode", "DiagnoseError", "UsageError", "TargetError", "PartialRunError"]
+__all__ = ["ExitCode", "DiagnoseError", "UsageError", "TargetError"]
 
 
 class ExitCode:
@@ -33,9 +33,3 @@ class TargetError(DiagnoseError):
     """The server is unreachable, is not an LLM server, or exposes no metrics."""
 
     exit_code = ExitCode.TARGET
-
-
-class PartialRunError(DiagnoseError):
-    """The run ended early; what was measured is on disk (the message says where)."""
-
-    exit_code = ExitCode.PARTIAL

@@ -31,22 +31,27 @@ that changed between weak answers (confidence at most `min_confidence`) is incon
 
 `GateResult.exit_code()` follows `llm_diagnose.diagnose.errors.ExitCode`: 0 no regression, 1 regression,
 5 inconclusive when asked to fail on it.
+
+This module judges. Around it, one job each: the run folders are read by
+`llm_diagnose.diagnose.runfolder.RunFolder` (the per-request records arrive here already loaded,
+lines that could not be read counted there); the bootstrap is `llm_diagnose.probes.stats`; the
+rules are `llm_diagnose.diagnose.gate_rules`; the value types (`RunData`, `Outcome`, `GateResult`)
+are `llm_diagnose.diagnose.gate_result`; the text, JSON and JUnit outputs are
+`llm_diagnose.diagnose.gate_render`, the Markdown one `llm_diagnose.diagnose.report.markdown.render_gate`.
+The names callers import from here stay importable here.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import socket
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from llm_diagnose.diagnose.errors import ExitCode
+from llm_diagnose.diagnose.gate_render import render_json, render_junit, render_text
+from llm_diagnose.diagnose.gate_result import VERDICTS, GateResult, Outcome, RunData, Verdict
 from llm_diagnose.diagnose.gate_rules import (
     REQUEST_E2E_P50,
     REQUEST_TPOT_P50,
@@ -57,11 +62,13 @@ from llm_diagnose.diagnose.gate_rules import (
     statistic_name,
 )
 from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, format_value
-from llm_diagnose.diagnose.runfolder import REQUESTS
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUES, Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
-from llm_diagnose.probes.load.records import read_records
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance
+from llm_diagnose.probes.stats import ORDER_STATISTIC_ABOVE, bootstrap_comparison
+
+if TYPE_CHECKING:  # records.py's package loads the HTTP client: types only here
+    from llm_diagnose.probes.load.records import RequestRecord
 
 __all__ = [
     "Verdict",
@@ -78,105 +85,27 @@ __all__ = [
     "request_measurements",
     "render_text",
     "render_junit",
+    "render_json",
 ]
 
-Verdict = Literal["regression", "inconclusive", "warning", "improvement", "pass", "skipped"]
-VERDICTS: tuple[Verdict, ...] = ("regression", "inconclusive", "warning", "improvement", "pass", "skipped")
 TAIL_MIN = 3  # samples needed beyond a tail quantile for its bootstrap to mean anything
-_CHUNK_ELEMENTS = 4_000_000  # bootstrap resamples are drawn in chunks of at most this many values
-EXACT_BOOTSTRAP_MAX = 5000  # above this many samples a quantile's bootstrap takes its order-statistic form
+# Above this many samples a quantile's bootstrap takes its order-statistic form (read per call: tests lower it).
+EXACT_BOOTSTRAP_MAX = ORDER_STATISTIC_ABOVE
 NOTHING_COMPARED = "gate.nothing_compared"  # the outcome of two runs with no compared quantity between them
 
 
-@dataclass(frozen=True)
-class RunData:
-    """One side of the comparison: its evidence, its diagnosis, and what to call it."""
-
-    evidence: Evidence
-    diagnosis: Diagnosis
-    label: str = ""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    name: str  # an evidence key, or "pitfall:<id>", "answer:<id>", "technique:<id>"
-    kind: Literal["metric", "diagnosis"]
-    verdict: Verdict
-    baseline: str = ""
-    current: str = ""
-    change: str = ""  # e.g. "+12.3% [+8.1%, +16.0%]"
-    tolerance: str = ""
-    detail: str = ""  # how it was judged, in words
-    point: float | None = None  # the change (relative or absolute), for machines
-    interval: tuple[float, float] | None = None
-
-    def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        d["interval"] = list(self.interval) if self.interval is not None else None
-        return d
-
-
-@dataclass(frozen=True)
-class GateResult:
-    outcomes: tuple[Outcome, ...]
-    rules: GateRules
-    baseline_label: str = "baseline"
-    current_label: str = "current"
-    notes: tuple[str, ...] = field(default=())  # how the inputs were read (e.g. a diagnosis recomputed)
-
-    @property
-    def verdict(self) -> Literal["regression", "inconclusive", "pass"]:
-        verdicts = {o.verdict for o in self.outcomes}
-        return "regression" if "regression" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
-
-    def counts(self) -> dict[str, int]:
-        return {v: sum(o.verdict == v for o in self.outcomes) for v in VERDICTS}
-
-    def ordered(self) -> list[Outcome]:
-        """Worst first; within a verdict, metrics before the diagnosis, in rule order."""
-        rank = {v: i for i, v in enumerate(VERDICTS)}
-        return sorted(self.outcomes, key=lambda o: (rank[o.verdict], o.kind != "metric"))
-
-    def exit_code(self, *, fail_on_inconclusive: bool = False) -> int:
-        if self.verdict == "regression":
-            return ExitCode.REGRESSION
-        if self.verdict == "inconclusive" and fail_on_inconclusive:
-            return ExitCode.INCONCLUSIVE
-        return ExitCode.OK
-
-    def method_note(self) -> str:
-        s = self.rules.settings
-        return (
-            f"Sampled quantities: bootstrap {s.confidence:.0%} confidence interval of the change "
-            f"({s.resamples} resamples, seed {s.seed}, at least {s.min_samples} samples per run); "
-            "medians known only by a summary: bounded by their confidence intervals; "
-            f"others: plain tolerance on the value. Rules: {self.rules.source}."
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "verdict": self.verdict,
-            "baseline": self.baseline_label,
-            "current": self.current_label,
-            "counts": self.counts(),
-            "method": self.method_note(),
-            "notes": list(self.notes),
-            "outcomes": [o.to_dict() for o in self.ordered()],
-        }
-
-
 # --- per-request samples ------------------------------------------------------------------------
-def request_measurements(run_dir: Path | None) -> dict[str, Measurement]:
-    """Client-side latencies of the completed requests in `run_dir/requests.jsonl`, one sample each.
+def request_measurements(records: Sequence[RequestRecord] | None, source: str) -> dict[str, Measurement]:
+    """Client-side latencies of completed requests, one sample each (the records of a run folder's
+    requests.jsonl, as `RunFolder.requests` loaded them; `source` names the file).
 
     `requests.ttft_p50_s` and `requests.ttft_p99_s` (time to first token as the client saw it),
     `requests.tpot_p50_s` (a request's mean time per output token after its first) and
-    `requests.e2e_p50_s`. Nothing when the folder has no requests.jsonl (a passive run).
+    `requests.e2e_p50_s`. Nothing without records (a passive run has no requests.jsonl).
     """
-    path = Path(run_dir) / REQUESTS if run_dir is not None else None
-    if path is None or not path.exists():
+    if not records:
         return {}
-    done = [r for r in read_records(path) if r.completed and r.ttft_s is not None]
+    done = [r for r in records if r.completed and r.ttft_s is not None]
     tpot = [(r.event_times[-1] - r.event_times[0]) / (len(r.event_times) - 1) for r in done if len(r.event_times) > 1]
     series = {
         REQUEST_TTFT_P50: [r.ttft_s for r in done],
@@ -184,9 +113,9 @@ def request_measurements(run_dir: Path | None) -> dict[str, Measurement]:
         REQUEST_TPOT_P50: tpot,
         REQUEST_E2E_P50: [r.e2e_s for r in done if r.e2e_s is not None],
     }
-    # A record edited or damaged into a non-finite time is no sample (read_records skips what is not JSON).
+    # A record edited or damaged into a non-finite time is no sample (unreadable lines were skipped, and counted).
     series = {key: [v for v in values if math.isfinite(v)] for key, values in series.items()}
-    prov = Provenance("client-per-request", str(path))
+    prov = Provenance("client-per-request", source)
     out = {}
     for key, values in series.items():
         if values:
@@ -222,23 +151,6 @@ def statistic_of(key: str, override: str | None = None) -> Statistic:
     return Statistic(name, None if name == "mean" else 50.0 if name == "median" else float(name[1:]))
 
 
-def _resampled(values: np.ndarray, stat: Statistic, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """The statistic of `resamples` bootstrap resamples of `values`."""
-    n = len(values)
-    if stat.q is not None and n > EXACT_BOOTSTRAP_MAX:
-        # The order-statistic form: a resample's q-quantile is the original sample's order
-        # statistic at a binomial rank (mean (n-1)q, variance ~ n q (1-q)). Same interval to
-        # first order, in O(n log n) instead of O(resamples * n).
-        ranks = rng.binomial(n - 1, stat.q / 100, size=resamples)
-        return np.sort(values)[ranks]
-    out = np.empty(resamples)
-    chunk = max(1, _CHUNK_ELEMENTS // n)
-    for start in range(0, resamples, chunk):
-        k = min(chunk, resamples - start)
-        out[start : start + k] = stat(values[rng.integers(0, n, size=(k, n))], axis=1)
-    return out
-
-
 def _change(base: np.ndarray | float, cur: np.ndarray | float, relative: bool):
     if not relative:
         return np.subtract(cur, base)
@@ -253,16 +165,21 @@ def bootstrap_change(
 ) -> tuple[float, float, float]:
     """(point, low, high): the change of `stat` from `base` to `cur`, with its bootstrap interval.
 
-    The interval takes order statistics of the resampled changes (no interpolation, so an
-    infinite change from a zero resample stays infinite instead of becoming NaN).
+    llm_diagnose.probes.stats.bootstrap_comparison computes it: the interval takes order
+    statistics of the resampled changes (no interpolation, so an infinite change from a zero
+    resample stays infinite instead of becoming NaN).
     """
-    base, cur = np.asarray(base, dtype=float), np.asarray(cur, dtype=float)
-    rng = np.random.default_rng(seed)
-    changes = np.sort(_change(_resampled(base, stat, resamples, rng), _resampled(cur, stat, resamples, rng), relative))
-    alpha = (1 - confidence) / 2
-    lo = changes[int(math.floor(alpha * (resamples - 1)))]
-    hi = changes[int(math.ceil((1 - alpha) * (resamples - 1)))]
-    return float(_change(stat(base), stat(cur), relative)), float(lo), float(hi)
+    interval = bootstrap_comparison(
+        base,
+        cur,
+        "mean" if stat.q is None else stat.q,
+        compare="relative_change" if relative else "difference",
+        resamples=resamples,
+        level=confidence,
+        seed=seed,
+        order_statistic_above=EXACT_BOOTSTRAP_MAX,
+    )
+    return interval.point, interval.low, interval.high
 
 
 # --- metric rules -------------------------------------------------------------------------------
@@ -338,13 +255,13 @@ def _judge_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules: 
     sign = 1.0 if rule.better == "lower" else -1.0  # worse = sign * change
     b_raw, c_raw = base_ev.items.get(rule.key), cur_ev.items.get(rule.key)
     b, c = base_ev.measurement(rule.key), cur_ev.measurement(rule.key)
-    common = dict(
-        name=rule.key,
-        kind="metric",
-        baseline=_describe(b_raw),
-        current=_describe(c_raw),
-        tolerance=rule.describe_tolerance(s),
-    )
+    common = {
+        "name": rule.key,
+        "kind": "metric",
+        "baseline": _describe(b_raw),
+        "current": _describe(c_raw),
+        "tolerance": rule.describe_tolerance(s),
+    }
     if b is None and c is None:
         return Outcome(verdict="skipped", detail="not measured in either run", **common)
     if b is None or c is None:
@@ -362,7 +279,7 @@ def _judge_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules: 
     stat = statistic_of(rule.key, rule.statistic)
     name = stat.name
     need = max(rule.min_samples or s.min_samples, math.ceil(TAIL_MIN / (1 - stat.q / 100)) if stat.tail else 0)
-    judged = dict(sign=sign, tol=tol, relative=relative)
+    judged = {"sign": sign, "tol": tol, "relative": relative}
 
     if len(b.samples) >= 2 and len(c.samples) >= 2:
         if min(len(b.samples), len(c.samples)) < need:
@@ -526,83 +443,7 @@ def compare(
             )
         )
     outcomes += compare_diagnoses(baseline.diagnosis, current.diagnosis, rules)
-    return GateResult(tuple(outcomes), rules, baseline.label or "baseline", current.label or "current", notes)
-
-
-# --- outputs --------------------------------------------------------------------------------------
-def render_text(result: GateResult, *, verbose: bool = False) -> str:
-    """The terminal summary: the verdict, then every rule that is not a plain pass (all with verbose)."""
-    out = [
-        f"llm-diagnose gate: {result.verdict.upper()}",
-        f"  baseline: {result.baseline_label}",
-        f"  current:  {result.current_label}",
-        "",
-    ]
-    shown = [o for o in result.ordered() if verbose or o.verdict not in ("pass", "skipped")]
-    width = max((len(o.name) for o in shown), default=0)
-    for o in shown:
-        values = f"{o.baseline} -> {o.current}" if o.baseline or o.current else ""
-        change = f"  change {o.change}" if o.change else ""
-        tol = f"  (tolerance {o.tolerance})" if o.tolerance else ""
-        out.append(f"  {o.verdict:<12} {o.name:<{width}}  {values}{change}{tol}")
-        out.append(f"  {'':<12} {'':<{width}}  {o.detail}")
-    if not shown:
-        out.append("  every rule passed")
-    out.append("")
-    out.append(", ".join(f"{n} {v}" for v, n in result.counts().items() if n))
-    out.extend(result.notes)
-    out.append(result.method_note())
-    return "\n".join(out) + "\n"
-
-
-_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-
-
-def _x(s: str) -> str:
-    """XML 1.0 cannot carry control characters even escaped: drop them (ElementTree escapes the rest)."""
-    return _XML_INVALID.sub("", s)
-
-
-def render_junit(result: GateResult, *, timestamp: str | None = None, hostname: str | None = None) -> str:
-    """JUnit XML (the Ant format CI systems read): one test case per rule.
-
-    A regression is a <failure>; an inconclusive or skipped rule is <skipped> with the reason;
-    everything else passes, with the figures in <system-out>.
-    """
-    counts = result.counts()
-    failures = counts["regression"]
-    skipped = counts["inconclusive"] + counts["skipped"]
-    stamp = timestamp or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    totals = {
-        "tests": str(len(result.outcomes)),
-        "failures": str(failures),
-        "errors": "0",
-        "skipped": str(skipped),
-        "time": "0",
-    }
-    root = ET.Element("testsuites", {"name": "llm-diagnose gate", **totals})
-    suite = ET.SubElement(
-        root,
-        "testsuite",
-        {"name": "llm-diagnose gate", **totals, "timestamp": stamp, "hostname": _x(hostname or socket.gethostname())},
+    skipped = tuple(
+        f"{side}: {line}" for side, run in (("baseline", baseline), ("current", current)) for line in run.skipped_lines
     )
-    props = ET.SubElement(suite, "properties")
-    for name, value in (
-        ("baseline", result.baseline_label),
-        ("current", result.current_label),
-        ("verdict", result.verdict),
-        ("method", result.method_note()),
-    ):
-        ET.SubElement(props, "property", {"name": name, "value": _x(value)})
-    for o in result.outcomes:
-        case = ET.SubElement(
-            suite, "testcase", {"classname": f"llm-diagnose.gate.{o.kind}", "name": _x(o.name), "time": "0"}
-        )
-        summary = _x(f"{o.verdict}: {o.baseline} -> {o.current} {o.change} (tolerance {o.tolerance}); {o.detail}")
-        if o.verdict == "regression":
-            ET.SubElement(case, "failure", {"type": "regression", "message": _x(o.detail)}).text = summary
-        elif o.verdict in ("inconclusive", "skipped"):
-            ET.SubElement(case, "skipped", {"message": _x(f"{o.verdict}: {o.detail}")})
-        ET.SubElement(case, "system-out").text = summary
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    return GateResult(tuple(outcomes), rules, baseline.label or "baseline", current.label or "current", notes, skipped)

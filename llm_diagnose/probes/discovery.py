@@ -53,7 +53,7 @@ from llm_diagnose.probes.quantities import (
 )
 from llm_diagnose.probes.results import Fact, NotMeasured, Provenance, Result
 
-__all__ = ["Discovered", "discover", "discovered_from_metrics", "DEFAULT_METRICS_PATH"]
+__all__ = ["Discovered", "discover", "DEFAULT_METRICS_PATH"]
 
 DEFAULT_METRICS_PATH = "/metrics"
 _TRTLLM_PROMETHEUS_PATH = "/prometheus/metrics"  # trtllm-serve: /metrics is JSON iteration stats
@@ -177,7 +177,8 @@ async def _discover(
     models = await _try_json(session, base + "/v1/models", "/v1/models", endpoints, refused)
     version_doc = await _try_json(session, base + "/version", "/version", endpoints)
 
-    model_entries = models.get("data") if isinstance(models, dict) and isinstance(models.get("data"), list) else []
+    data = models.get("data") if isinstance(models, dict) else None
+    model_entries: list[Any] = data if isinstance(data, list) else []
     first = model_entries[0] if model_entries and isinstance(model_entries[0], dict) else {}
     owner_engine = _engine_from_owner(first.get("owned_by"))
 
@@ -282,25 +283,6 @@ async def _probe_metrics(
     endpoints[path] = "200"
     guess = detect_engine(scrape)
     return guess, (None if guess.engine else "serves no vllm:/sglang:/trtllm engine metrics"), None
-
-
-def discovered_from_metrics(metrics_url: str, guess: EngineGuess) -> Discovered:
-    """A `Discovered` built from a metrics page alone (offline re-analysis of a run folder)."""
-    facts: dict[str, Result] = {}
-    if guess.engine:
-        facts[ENGINE_NAME] = Fact(
-            guess.engine, Provenance("metric-prefix", redact_url(metrics_url)), note=guess.describe
-        )
-    return Discovered(
-        base_url=redact_url(metrics_url),
-        metrics_url=metrics_url,
-        engine=guess.engine,
-        version=None,
-        model=None,
-        max_model_len=None,
-        metrics_guess=guess,
-        facts=MappingProxyType(facts),
-    )
 
 
 # --- facts -------------------------------------------------------------------------------
@@ -412,6 +394,7 @@ def _vllm_dev_facts(shown: str, doc: Mapping[str, Any]) -> dict[str, Result]:
     prov = Provenance("http-get", shown + "/server_info")
     config = doc.get("vllm_config", doc)
     facts: dict[str, Result] = {}
+    lookups: dict[str, tuple[str, ...]]  # evidence key -> where the config holds it
     if isinstance(config, str):
         config = _parse_config_text(config)
         lookups = {
@@ -443,18 +426,20 @@ def _vllm_dev_facts(shown: str, doc: Mapping[str, Any]) -> dict[str, Result]:
     return facts
 
 
-def _parse_config_text(text: str) -> dict[str, str]:
-    """`key=value, key=value` pairs of vLLM's one-line config repr (values stay strings)."""
-    out: dict[str, str] = {}
+def _parse_config_text(text: str) -> dict[str, str | bool | int]:
+    """`key=value, key=value` pairs of vLLM's one-line config repr (True/False and digits read as
+    booleans and integers; other values stay strings)."""
+    out: dict[str, str | bool | int] = {}
     for part in text.split(", "):
-        key, sep, value = part.partition("=")
+        key, sep, raw = part.partition("=")
         if sep and key.strip().isidentifier():
-            out[key.strip()] = value.strip().strip("'\"")
-    for key, value in list(out.items()):
-        if value in ("True", "False"):
-            out[key] = value == "True"  # type: ignore[assignment]
-        elif value.isdigit():
-            out[key] = int(value)  # type: ignore[assignment]
+            value = raw.strip().strip("'\"")
+            if value in ("True", "False"):
+                out[key.strip()] = value == "True"
+            elif value.isdigit():
+                out[key.strip()] = int(value)
+            else:
+                out[key.strip()] = value
     return out
 
 

@@ -128,11 +128,13 @@ class Nvml:
             if nvml_error is not None and not isinstance(exc, nvml_error) and not isinstance(exc, OSError):
                 raise
             code = self._code(exc)
-            what = {
+            known = {
                 self._constant("NVML_ERROR_LIBRARY_NOT_FOUND", 12): "the NVML library (libnvidia-ml.so) was not found",
                 self._constant("NVML_ERROR_DRIVER_NOT_LOADED", 9): "the NVIDIA kernel driver is not loaded",
                 self._constant("NVML_ERROR_NO_PERMISSION", 4): "this user may not open the NVIDIA devices",
-            }.get(code, f"NVML failed to initialise ({_text(exc) or type(exc).__name__})")
+            }
+            fallback = f"NVML failed to initialise ({_text(exc) or type(exc).__name__})"
+            what = fallback if code is None else known.get(code, fallback)
             self._state = NvmlUnavailable(f"no NVIDIA driver/GPU on this machine: {what}")
             return self._state
         self._state = True
@@ -156,7 +158,7 @@ class Nvml:
             raise
 
     def shutdown(self) -> None:
-        if self._state is True:
+        if self._state is True and self._module is not None:  # initialised, so the module is loaded
             try:
                 self._module.nvmlShutdown()
             finally:
@@ -245,7 +247,10 @@ def memory_evidence(
     prov = Provenance("nvml", source, taken_at=reading.taken_at)
     out: dict[str, Result] = {}
 
-    with_memory = [d for d in devices if d.total_bytes is not None and d.used_bytes is not None]
+    # (device, total bytes, used bytes) where the driver reports both
+    with_memory = [
+        (d, d.total_bytes, d.used_bytes) for d in devices if d.total_bytes is not None and d.used_bytes is not None
+    ]
     if not with_memory:
         hole = NotMeasured(
             "NVML reports no memory figures for these devices (unified memory, or unsupported)",
@@ -255,16 +260,10 @@ def memory_evidence(
         for key in (DEVICE_TOTAL_BYTES, DEVICE_USED_BYTES, DEVICE_FREE_FRACTION):
             out[key] = hole
     else:
-        total = sum(d.total_bytes for d in with_memory)  # type: ignore[misc]
-        used = sum(d.used_bytes for d in with_memory)  # type: ignore[misc]
-        free = sum(
-            (d.free_bytes if d.free_bytes is not None else d.total_bytes - d.used_bytes)  # type: ignore[operator]
-            for d in with_memory
-        )
-        per_device = "; ".join(
-            f"GPU{d.index}: {_gib(d.used_bytes)} used of {_gib(d.total_bytes)}"  # type: ignore[arg-type]
-            for d in with_memory
-        )
+        total = sum(t for _, t, _ in with_memory)
+        used = sum(u for _, _, u in with_memory)
+        free = sum(d.free_bytes if d.free_bytes is not None else t - u for d, t, u in with_memory)
+        per_device = "; ".join(f"GPU{d.index}: {_gib(u)} used of {_gib(t)}" for d, t, u in with_memory)
         note = f"{which}; {per_device}" + (f"; driver {reading.driver_version}" if reading.driver_version else "")
         out[DEVICE_TOTAL_BYTES] = Measurement(float(total), "bytes", prov, note=note)
         out[DEVICE_USED_BYTES] = Measurement(float(used), "bytes", prov, note=note)
@@ -272,13 +271,14 @@ def memory_evidence(
 
     visible = [d for d in devices if d.processes_visible]
     procs = [p for d in visible for p in d.processes]
+    sized = [(p.pid, p.used_bytes) for p in procs if p.used_bytes is not None]
     if not visible:
         out[PROCESSES_USED_BYTES] = NotMeasured(
             "the driver does not report per-process memory here (unsupported or not permitted)",
             "run with the host PID namespace (docker --pid=host) or as a user allowed to query processes",
             prov,
         )
-    elif not procs or any(p.used_bytes is None for p in procs):
+    elif not procs or len(sized) < len(procs):
         why = (
             "no compute process runs on these devices"
             if not procs
@@ -286,21 +286,17 @@ def memory_evidence(
         )
         out[PROCESSES_USED_BYTES] = NotMeasured(why, "run llm-diagnose beside the engine with --pid=host", prov)
     else:
-        listing = ", ".join(f"pid {p.pid}: {_gib(p.used_bytes)}" for p in procs)  # type: ignore[arg-type]
-        out[PROCESSES_USED_BYTES] = Measurement(
-            float(sum(p.used_bytes for p in procs)),
-            "bytes",
-            prov,  # type: ignore[misc]
-            note=listing,
-        )
+        listing = ", ".join(f"pid {pid}: {_gib(n)}" for pid, n in sized)
+        out[PROCESSES_USED_BYTES] = Measurement(float(sum(n for _, n in sized)), "bytes", prov, note=listing)
 
-    out[WEIGHTS_FRACTION] = _weights_fraction(engine or {}, with_memory, prov)
+    out[WEIGHTS_FRACTION] = _weights_fraction(engine or {}, [t for _, t, _ in with_memory], prov)
     return out
 
 
-def _weights_fraction(engine: Mapping[str, Result], devices: list[DeviceMemory], prov: Provenance) -> Result:
+def _weights_fraction(engine: Mapping[str, Result], device_totals: list[int], prov: Provenance) -> Result:
+    """The engine's weights over one device's total memory (`device_totals`: bytes per device)."""
     weights = engine.get(WEIGHTS_BYTES)
-    if not devices:
+    if not device_totals:
         return NotMeasured("NVML reports no device memory to compare the weights with", NO_GPU_HINT, prov)
     if not isinstance(weights, Measurement):
         reason = weights.reason if isinstance(weights, NotMeasured) else "the engine does not expose its weights' size"
@@ -311,7 +307,7 @@ def _weights_fraction(engine: Mapping[str, Result], devices: list[DeviceMemory],
             "the engine log states the load size (vLLM: 'Model loading took X GiB')",
             prov,
         )
-    one_device = min(d.total_bytes for d in devices)  # type: ignore[type-var]
+    one_device = min(device_totals)
     return Measurement(
         weights.value / one_device,
         "fraction",

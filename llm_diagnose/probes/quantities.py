@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Quantity", "CATALOGUE", "describe"]
+__all__ = ["Quantity", "CATALOGUE", "describe", "CLIENT_STARVED_WARNING"]
+
+# The first words of the warning a live measurement carries when the client was starved of CPU
+# while it was taken (its timestamps are then the client's, not the server's): the tree gives
+# no verdict from such a measurement. Probes write it, the tree reads it: one spelling.
+CLIENT_STARVED_WARNING = "client starved:"
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,8 @@ LIVE_WINDOW_COMPLETE = _q(
 BAD_SAMPLES = _q(
     "live.bad_samples",
     "count",
-    "samples left out of the window as impossible: infinite, NaN or negative counts, values beyond 2^53, duplicate series, negative usage or queue readings",
+    "samples left out of the window as impossible: infinite, NaN or negative counts, values beyond 2^53, "
+    "duplicate series, negative usage or queue readings",
 )
 
 # --- trace analytics ---
@@ -296,7 +302,8 @@ DECODE_ITL_AT_CONCURRENCY = _q(
 DECODE_ITL_GROWTH = _q(
     "decode.itl_growth_with_concurrency",
     "ratio",
-    "mean inter-token gap at the highest tested concurrency / at batch 1 (active; means, since bursty delivery drives medians to 0)",
+    "mean inter-token gap at the highest tested concurrency / at batch 1 "
+    "(active; means, since bursty delivery drives medians to 0)",
 )
 DECODE_SERVER_ITL_MEAN = _q(
     "decode.server_itl_mean_s",
@@ -322,7 +329,8 @@ INTERFERENCE_STALL_MAX = _q(
 INTERFERENCE_STALL_GROWTH = _q(
     "interference.stall_growth_ratio",
     "ratio",
-    "prefill stall at the longer injected prompt / at the shorter (~1: bounded by chunking; ~2 when the prompt doubles: unbounded)",
+    "prefill stall at the longer injected prompt / at the shorter "
+    "(~1: bounded by chunking; ~2 when the prompt doubles: unbounded)",
 )
 BATCHING_SHORT_ALONE_E2E = _q(
     "batching.short_request_alone_e2e_s", "s", "latency of the short probe request with nothing else in flight (active)"
@@ -357,6 +365,28 @@ CLIENT_HOST_BUSY = _q(
     "client.host_cpu_busy_fraction",
     "fraction",
     "busy fraction of the host's CPUs during active probing (server on the same host)",
+)
+CLIENT_SERVER_TTFT_RATIO = _q(
+    "client.server_ttft_ratio",
+    "ratio",
+    "client's mean time to first token / the engine's histogram mean over the same experiments (1: they agree)",
+)
+CLIENT_SERVER_ITL_RATIO = _q(
+    "client.server_itl_ratio",
+    "ratio",
+    "client's mean inter-token gap / the engine's histogram mean over the same experiments (1: they agree)",
+)
+CLIENT_SERVER_E2E_RATIO = _q(
+    "client.server_e2e_ratio",
+    "ratio",
+    "client's mean end-to-end latency / the engine's histogram mean over the same experiments (1: they agree)",
+)
+ACTIVE_NOTES = _q(
+    "active.notes",
+    "str",
+    "what the active run noted about itself: experiments repeated because the client was starved, figures "
+    "kept without a verdict, optional request fields the server rejected",
+    "fact",
 )
 ACTIVE_REQUESTS_SENT = _q("active.requests_sent", "count", "requests the active experiments sent")
 ACTIVE_FAILED_FRACTION = _q(

@@ -8,7 +8,8 @@ Three kinds of result exist, and nothing downstream may confuse them:
 - `NotMeasured`: an explicit hole, with the reason and a hint on how to fill it. A missing
   measurement is never zero.
 
-Standard library only, so the decision tree and its tests need neither numpy nor torch.
+Standard library only (its statistics come from llm_diagnose.probes.stats, whose order statistics
+are pure Python), so the decision tree and its tests need neither numpy nor torch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Union
+
+from llm_diagnose.probes.stats import median_ci as _median_ci
+from llm_diagnose.probes.stats import percentile
 
 __all__ = [
     "Provenance",
@@ -28,7 +31,6 @@ __all__ = [
     "Result",
     "now_iso",
     "percentile",
-    "result_to_dict",
     "result_from_dict",
     "InvalidValue",
     "describe_json_value",
@@ -38,35 +40,6 @@ __all__ = [
 def now_iso() -> str:
     """The current UTC time as ISO-8601 with milliseconds (what every provenance records)."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def percentile(sorted_values: list[float] | tuple[float, ...], q: float) -> float:
-    """Linear-interpolation percentile (numpy's default), q in [0, 100], on sorted input."""
-    if not sorted_values:
-        raise ValueError("percentile of no values")
-    if len(sorted_values) == 1:
-        return float(sorted_values[0])
-    pos = (len(sorted_values) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    frac = pos - lo
-    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac)
-
-
-def _median_ci(sorted_values: list[float], level: float = 0.95) -> tuple[float, float]:
-    """Distribution-free confidence interval of the median from order statistics.
-
-    Uses the normal approximation to the binomial(n, 1/2) for the ranks, which is what
-    latency samples (skewed, heavy-tailed) need: no normality of the values is assumed.
-    """
-    n = len(sorted_values)
-    if n < 3:
-        return float(sorted_values[0]), float(sorted_values[-1])
-    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
-    half = z * math.sqrt(n) / 2
-    lo = max(0, int(math.floor(n / 2 - half)))
-    hi = min(n - 1, int(math.ceil(n / 2 + half)) - 1)
-    return float(sorted_values[lo]), float(sorted_values[hi])
 
 
 class InvalidValue(ValueError):
@@ -119,9 +92,7 @@ def _integer(value: object, name: str) -> int:
     return value
 
 
-def _text(value: object, name: str, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
+def _text(value: object, name: str) -> str:
     if not isinstance(value, str):
         raise InvalidValue(f"field {name!r} is {describe_json_value(value)}, expected a string")
     return value
@@ -169,10 +140,10 @@ class Provenance:
     def from_dict(cls, d: dict) -> Provenance:
         d = _object(d, "provenance")
         return cls(
-            method=_text(d["method"], "provenance.method"),  # type: ignore[arg-type]
-            source=_text(d["source"], "provenance.source"),  # type: ignore[arg-type]
-            taken_at=_text(d["taken_at"], "provenance.taken_at"),  # type: ignore[arg-type]
-            timer=_text(d.get("timer"), "provenance.timer", optional=True),
+            method=_text(d["method"], "provenance.method"),
+            source=_text(d["source"], "provenance.source"),
+            taken_at=_text(d["taken_at"], "provenance.taken_at"),
+            timer=None if d.get("timer") is None else _text(d["timer"], "provenance.timer"),
             window_s=None if d.get("window_s") is None else _number(d["window_s"], "provenance.window_s"),
         )
 
@@ -241,11 +212,8 @@ class Summary:
         if missing:
             raise InvalidValue(f"field 'summary' lacks {', '.join(map(repr, missing))}")
         return cls(
-            **{
-                k: (_integer(d[k], "summary.n") if k == "n" else _number(d[k], f"summary.{k}"))
-                for k in cls.__dataclass_fields__
-                if k in d
-            }
+            n=_integer(d["n"], "summary.n"),
+            **{k: _number(d[k], f"summary.{k}") for k in cls.__dataclass_fields__ if k != "n" and k in d},
         )
 
 
@@ -305,17 +273,17 @@ class Measurement:
         value, unit, provenance = d["value"], d["unit"], d["provenance"]  # KeyError: a missing field
         return cls(
             value=_number(value, "value"),
-            unit=_text(unit, "unit"),  # type: ignore[arg-type]
+            unit=_text(unit, "unit"),
             provenance=Provenance.from_dict(provenance),
             samples=tuple(_number(s, "samples") for s in _list(d.get("samples", []), "samples")),
             calls_per_sample=_integer(d.get("calls_per_sample", 1), "calls_per_sample"),
             summary=Summary.from_dict(d["summary"]) if d.get("summary") is not None else None,
-            warnings=tuple(_text(w, "warnings") for w in _list(d.get("warnings", []), "warnings")),  # type: ignore[misc]
-            note=_text(d.get("note", ""), "note"),  # type: ignore[arg-type]
+            warnings=tuple(_text(w, "warnings") for w in _list(d.get("warnings", []), "warnings")),
+            note=_text(d.get("note", ""), "note"),
         )
 
 
-FactValue = Union[str, int, float, bool]
+FactValue = str | int | float | bool
 
 
 @dataclass(frozen=True)
@@ -373,18 +341,14 @@ class NotMeasured:
         reason, prov = d["reason"], d.get("provenance")  # KeyError: a missing field
         return cls(
             reason=_text(reason, "reason"),
-            hint=_text(d.get("hint", ""), "hint"),  # type: ignore[arg-type]
+            hint=_text(d.get("hint", ""), "hint"),
             provenance=Provenance.from_dict(prov) if prov is not None else None,
         )
 
 
-Result = Union[Measurement, Fact, NotMeasured]
+Result = Measurement | Fact | NotMeasured
 
 _KINDS = {cls.kind: cls for cls in (Measurement, Fact, NotMeasured)}
-
-
-def result_to_dict(result: Result) -> dict:
-    return result.to_dict()
 
 
 def result_from_dict(d: dict) -> Result:

@@ -5,7 +5,9 @@
     plan = plan_capacity(items, model, limits, slo, target_rps=40, techniques=("prefix-caching",))
 
 `simulate` is the continuous-batching replica the model drives; `validate_model` states the
-model's error on held-back measurements; `llm_diagnose.probes.experiments.goodput` is the live search.
+model's error on held-back measurements. `live` (`plan_live_search`, `run_live_search`) plans
+`plan --active`'s search around the model and judges it; the search that sends the load is
+`llm_diagnose.probes.experiments.goodput`.
 """
 
 from llm_diagnose.diagnose.capacity.fit import fit_step_model

@@ -251,8 +251,9 @@ def plan_capacity(
                     predict(items, more),
                     target_rps,
                     tensor_parallel,
-                    f"fp8 KV cache: {KV_QUANT_CAPACITY_FACTOR:g}x the KV tokens ({more.kv_capacity_tokens:,}) in the same "
-                    "memory; step time unchanged (dequantization not modelled); gains only where KV capacity binds",
+                    f"fp8 KV cache: {KV_QUANT_CAPACITY_FACTOR:g}x the KV tokens ({more.kv_capacity_tokens:,}) in "
+                    "the same memory; step time unchanged (dequantization not modelled); gains only where KV "
+                    "capacity binds",
                 )
             )
         else:

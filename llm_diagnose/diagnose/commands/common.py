@@ -1,4 +1,8 @@
-"""Pieces several sub-commands share: loading evidence, thresholds and SLOs, declared workload facts."""
+"""Pieces several sub-commands share: loading evidence, thresholds and SLOs, declared workload facts.
+
+The flag helpers run while parsers are built, so this module imports no more than they need;
+the loaders import the decision tree's types when they are called (see llm_diagnose/diagnose/cli.py).
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.errors import UsageError
 from llm_diagnose.diagnose.runfolder import EVIDENCE, METRICS
-from llm_diagnose.diagnose.tree.evidence import Evidence, EvidenceError
-from llm_diagnose.diagnose.tree.slo import SLO, SLOError
-from llm_diagnose.diagnose.tree.thresholds import Thresholds, ThresholdsError
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Fact, Provenance
+
+if TYPE_CHECKING:
+    from llm_diagnose.diagnose.tree.evidence import Evidence
+    from llm_diagnose.diagnose.tree.slo import SLO
+    from llm_diagnose.diagnose.tree.thresholds import Thresholds
 
 
 def evidence_path(path: str | Path) -> Path:
@@ -29,6 +36,8 @@ def evidence_path(path: str | Path) -> Path:
 def load_evidence(path: str | Path) -> Evidence:
     """An evidence file, or a run folder's; a folder an interrupted run left (metrics.jsonl, no
     evidence.json) gives the evidence rebuilt from its scrapes, with a note on stderr."""
+    from llm_diagnose.diagnose.tree.evidence import Evidence, EvidenceError
+
     folder = Path(path)
     if folder.is_dir() and not (folder / EVIDENCE).exists() and (folder / METRICS).exists():
         from llm_diagnose.diagnose.collect import evidence_from_scrapes
@@ -49,6 +58,8 @@ def load_evidence(path: str | Path) -> Evidence:
 
 
 def load_thresholds(path: str | None) -> Thresholds:
+    from llm_diagnose.diagnose.tree.thresholds import Thresholds, ThresholdsError
+
     if not path:
         return Thresholds()
     try:
@@ -84,6 +95,8 @@ def add_slo_flags(parser: argparse.ArgumentParser) -> None:
 def load_slo(args: argparse.Namespace) -> SLO:
     """The SLO of this invocation: the [slo] table of --thresholds, then --slo flags, then
     --offline/--interactive. Undeclared (SLO()) when none of them is given."""
+    from llm_diagnose.diagnose.tree.slo import SLO, SLOError
+
     try:
         path = getattr(args, "thresholds", None)
         slo = SLO.from_toml(path) if path else SLO()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llm_diagnose.diagnose.collect import trace_items_for
 from llm_diagnose.diagnose.commands.common import (
     add_slo_flags,
     add_trace_flags,
@@ -15,8 +14,6 @@ from llm_diagnose.diagnose.commands.common import (
     load_slo,
     load_thresholds,
 )
-from llm_diagnose.diagnose.report import console
-from llm_diagnose.diagnose.tree import diagnose
 
 EXAMPLE = """example:
   llm-diagnose decide runs/staging/evidence.json --thresholds slo.toml
@@ -43,6 +40,10 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from llm_diagnose.diagnose.collect import trace_items_for
+    from llm_diagnose.diagnose.report import console
+    from llm_diagnose.diagnose.tree import diagnose
+
     evidence = load_evidence(args.evidence)
     thresholds, slo = load_thresholds(args.thresholds), load_slo(args)  # bad flags fail before any work
     extra = {

@@ -13,10 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from llm_diagnose.diagnose.collect import RunPlan, run_target
 from llm_diagnose.diagnose.commands.common import add_slo_flags, load_slo
 from llm_diagnose.diagnose.errors import ExitCode, TargetError, UsageError
-from llm_diagnose.diagnose.report import console
 from llm_diagnose.diagnose.runfolder import REQUESTS, out_path, prepare_out_dir
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Fact, Provenance
@@ -62,9 +60,11 @@ def _say(msg: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from llm_diagnose.diagnose.collect import RunPlan, run_target
     from llm_diagnose.diagnose.demo.tiny_model import make_tiny_model
     from llm_diagnose.diagnose.demo.vllm_server import VllmServer, vllm_available
     from llm_diagnose.diagnose.demo.workload import DemoWorkload
+    from llm_diagnose.diagnose.report import console
 
     ok, why = vllm_available()
     if not ok:

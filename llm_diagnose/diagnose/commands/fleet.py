@@ -15,25 +15,19 @@ import re
 import sys
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from llm_diagnose.diagnose.collect import trace_items_for
 from llm_diagnose.diagnose.commands.common import add_trace_flags, dumps, load_thresholds
 from llm_diagnose.diagnose.errors import TargetError, UsageError
-from llm_diagnose.diagnose.fleet import fleet_view, render_text
 from llm_diagnose.diagnose.runfolder import DIAGNOSIS, EVIDENCE, SUMMARY, out_path, prepare_out_dir, write_atomic
-from llm_diagnose.diagnose.tree import diagnose
-from llm_diagnose.diagnose.tree.evidence import Evidence, Target
 from llm_diagnose.probes import quantities as Q
-from llm_diagnose.probes.http import InvalidTargetURL, ProbeHTTPError
-from llm_diagnose.probes.metrics.passive import passive_evidence
-from llm_diagnose.probes.metrics.prometheus_api import (
-    DEFAULT_REPLICA_LABEL,
-    PROMETHEUS_TOKEN_ENV,
-    FleetWindows,
-    InvalidSelector,
-    PrometheusRefused,
-    read_fleet,
-)
+
+# The help names them. (Importing this module loads the probes.metrics package, HTTP client and
+# Prometheus parser included, until that package's __init__ imports its submodules lazily.)
+from llm_diagnose.probes.metrics.prometheus_api import DEFAULT_REPLICA_LABEL, PROMETHEUS_TOKEN_ENV
+
+if TYPE_CHECKING:
+    from llm_diagnose.probes.metrics.prometheus_api import FleetWindows
 
 FLEET_FILE = "fleet.json"
 REPLICAS_DIR = "replicas"
@@ -162,6 +156,9 @@ def folder_names(replicas) -> dict[str, str]:
 
 
 def _read(args: argparse.Namespace, start: float, end: float) -> FleetWindows:
+    from llm_diagnose.probes.http import InvalidTargetURL, ProbeHTTPError
+    from llm_diagnose.probes.metrics.prometheus_api import InvalidSelector, PrometheusRefused, read_fleet
+
     if args.step is not None and args.step <= 0:
         raise UsageError("--step must be a positive number of seconds")
     try:
@@ -187,6 +184,12 @@ def _read(args: argparse.Namespace, start: float, end: float) -> FleetWindows:
 
 
 def run(args: argparse.Namespace) -> int:
+    from llm_diagnose.diagnose.collect import trace_items_for
+    from llm_diagnose.diagnose.fleet import fleet_view, render_text
+    from llm_diagnose.diagnose.tree import diagnose
+    from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+    from llm_diagnose.probes.metrics.passive import passive_evidence
+
     thresholds = load_thresholds(args.thresholds)
     prepare_out_dir(args.out, files=(FLEET_FILE, SUMMARY))  # before Prometheus is asked
     start, end = window_of(args)

@@ -1,19 +1,24 @@
-"""`llm-diagnose gate --baseline RUN --current RUN`: fail CI on a performance regression, not on noise."""
+"""`llm-diagnose gate --baseline RUN --current RUN`: fail CI on a performance regression, not on noise.
+
+Each run is read once (`load_run`: `RunFolder.open`), compared (`llm_diagnose.diagnose.gate`) and
+rendered (`llm_diagnose.diagnose.gate_render`, `report.markdown.render_gate`).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from llm_diagnose.diagnose.commands.common import add_slo_flags, load_slo, load_thresholds
 from llm_diagnose.diagnose.commands.report import load_run
 from llm_diagnose.diagnose.errors import UsageError
-from llm_diagnose.diagnose.gate import RunData, compare, render_junit, render_text, request_measurements
+from llm_diagnose.diagnose.gate import compare, request_measurements
+from llm_diagnose.diagnose.gate_render import render_json, render_junit, render_text
+from llm_diagnose.diagnose.gate_result import RunData
 from llm_diagnose.diagnose.gate_rules import GateRulesError, load_rules
 from llm_diagnose.diagnose.report import markdown
-from llm_diagnose.diagnose.runfolder import check_out_file, out_path, write_output
+from llm_diagnose.diagnose.runfolder import REQUESTS, check_out_file, out_path, write_output
 
 EXAMPLE = """example:
   llm-diagnose gate --baseline runs/main --current runs/pr --junit gate.xml --markdown gate.md
@@ -52,8 +57,9 @@ def _run_data(path: str, thresholds, slo=None) -> tuple[RunData, str]:
     if loaded.evidence is None:
         raise UsageError(f"{path}: the gate needs the run's evidence.json (its raw samples), not only a diagnosis")
     # Per-request samples, where the run was active, join the evidence for the comparison only.
-    evidence = loaded.evidence.with_items(request_measurements(loaded.run_dir))
-    return RunData(evidence, loaded.diagnosis, loaded.label), loaded.note
+    folder = loaded.folder
+    evidence = loaded.evidence.with_items(request_measurements(folder.requests, str(folder.path / REQUESTS)))
+    return RunData(evidence, loaded.diagnosis, loaded.label, folder.skipped_notes()), loaded.note
 
 
 def _slo_text(slo) -> str:
@@ -95,5 +101,5 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         _write(args.markdown, markdown.render_gate(result), "--markdown")
     if args.json:
-        _write(args.json, json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n", "--json")
+        _write(args.json, render_json(result), "--json")
     return result.exit_code(fail_on_inconclusive=args.fail_on_inconclusive)

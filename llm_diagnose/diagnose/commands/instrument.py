@@ -7,8 +7,10 @@ import shutil
 import sys
 
 from llm_diagnose.diagnose.errors import UsageError
+
+# The help names them. (Importing this module loads the torch_probe package, the Prometheus
+# client included, until that package's __init__ imports its recorder lazily.)
 from llm_diagnose.probes.torch_probe import DEFAULT_HOST, DEFAULT_PORT, METRICS
-from llm_diagnose.probes.torch_probe.launcher import exec_instrumented
 
 EXAMPLE = f"""example:
   llm-diagnose instrument -- transformers serve ./my-model --port 8000 --continuous-batching
@@ -44,6 +46,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from llm_diagnose.probes.torch_probe.launcher import exec_instrumented
+
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

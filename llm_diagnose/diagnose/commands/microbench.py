@@ -9,7 +9,6 @@ from typing import Any
 
 from llm_diagnose.diagnose.errors import UsageError
 from llm_diagnose.diagnose.runfolder import check_out_file, out_path, prepare_out_dir, write_output
-from llm_diagnose.diagnose.tree.evidence import Evidence, Target
 
 EXAMPLE = """example:
   llm-diagnose microbench --preset tiny --batch 1,4 --context 128 --prompt 128
@@ -53,6 +52,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+
     if args.out:  # an unusable --out fails now, not after the measurements
         if args.out.suffix == ".json":
             check_out_file(args.out)

@@ -4,20 +4,10 @@ and after each recommended technique, from a measured model of this server."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llm_diagnose.diagnose.capacity import CapacityPlan, MeasuredGoodput, ModelError, items_from_trace, plan_capacity
-from llm_diagnose.diagnose.capacity.goodput import predict_goodput, slo_judge
-from llm_diagnose.diagnose.capacity.inputs import (
-    fit_and_validate,
-    limits_from_evidence,
-    reuse_from_evidence,
-    tensor_parallel_from_evidence,
-)
-from llm_diagnose.diagnose.capacity.plan import PREDICTION_RANGE
 from llm_diagnose.diagnose.commands.common import (
     add_slo_flags,
     dumps,
@@ -26,11 +16,13 @@ from llm_diagnose.diagnose.commands.common import (
     load_slo,
     load_thresholds,
 )
-from llm_diagnose.diagnose.errors import TargetError, UsageError
-from llm_diagnose.diagnose.report.capacity import PLAN_FILE, console_text  # report of --out shows the plan
+from llm_diagnose.diagnose.errors import UsageError
+from llm_diagnose.diagnose.runfolder import CAPACITY_PLAN as PLAN_FILE  # the report of --out shows the plan
 from llm_diagnose.diagnose.runfolder import REQUESTS, out_path, prepare_out_dir, write_atomic
-from llm_diagnose.diagnose.tree import diagnose
-from llm_diagnose.probes.load.records import read_records
+
+if TYPE_CHECKING:
+    from llm_diagnose.diagnose.capacity import CapacityPlan
+    from llm_diagnose.diagnose.capacity.live import LiveGoodput
 
 __all__ = ["register", "run", "PLAN_FILE", "plan_from_args"]
 
@@ -94,11 +86,22 @@ def register(sub) -> None:
 
 
 def _records_beside(evidence_arg: str) -> list:
+    from llm_diagnose.probes.load.records import read_records
+
     path = evidence_path(evidence_arg).parent / REQUESTS
     return list(read_records(path)) if path.exists() else []
 
 
 def plan_from_args(args: argparse.Namespace) -> CapacityPlan:
+    from llm_diagnose.diagnose.capacity import ModelError, items_from_trace, plan_capacity
+    from llm_diagnose.diagnose.capacity.inputs import (
+        fit_and_validate,
+        limits_from_evidence,
+        reuse_from_evidence,
+        tensor_parallel_from_evidence,
+    )
+    from llm_diagnose.diagnose.tree import diagnose
+
     slo = load_slo(args)
     if not slo.latency_bound:
         raise UsageError(
@@ -131,8 +134,9 @@ def plan_from_args(args: argparse.Namespace) -> CapacityPlan:
             notes.append(f"the recorded requests could not be fitted: {exc}")
     measured = None
     if args.active:
-        model, validation, measured, live_notes = _search_live(args, trace, items, limits, slo, model, validation)
-        notes.extend(live_notes)
+        live = _search_live(args, trace, items, limits, slo, model)
+        model, validation, measured = live.model, live.validation, live.measured
+        notes.extend(live.notes)
     if model is None:
         raise UsageError(
             "no measured model: the run folder has no requests.jsonl with enough completed requests. "
@@ -174,21 +178,10 @@ def _load_trace(path: Path, fmt: str) -> tuple:
     return trace
 
 
-def _search_live(args, trace, items, limits, slo, model, validation):
-    """The live goodput search, bracketing the prediction when there is one; the model is fitted
-    on its trials when the run folder had none."""
-    from llm_diagnose.probes.experiments.goodput import plan_goodput, run_goodput_search
-    from llm_diagnose.probes.http import normalize_base_url
-    from llm_diagnose.probes.load import (
-        ActiveBudget,
-        BudgetGuard,
-        Driver,
-        JsonlWriter,
-        PoissonArrivals,
-        StreamingClient,
-    )
-    from llm_diagnose.probes.load.prompts import calibrate_prompts
-    from llm_diagnose.probes.load.replay import trace_workload
+def _search_live(args: argparse.Namespace, trace, items, limits, slo, model) -> LiveGoodput:
+    """`--active`: the live goodput search (llm_diagnose.diagnose.capacity.live), said before it is sent."""
+    from llm_diagnose.diagnose.capacity.live import plan_live_search, run_live_search
+    from llm_diagnose.probes.load.budget import ActiveBudget
 
     if not args.url:
         raise UsageError("--active needs --url: the server to measure")
@@ -196,122 +189,24 @@ def _search_live(args, trace, items, limits, slo, model, validation):
         budget = ActiveBudget(args.budget_requests, args.budget_seconds, args.max_rps)
     except ValueError as exc:
         raise UsageError(f"budget: {exc}") from None
-    notes = []
-    trial_requests = min(args.trial_requests, len(trace))
-    if model is not None:
-        # Centred on the goodput of what a trial sends (its first requests), not of the whole trace.
-        g = (
-            predict_goodput(
-                items[:trial_requests],
-                model,
-                limits,
-                slo,
-                low_rps=PREDICTION_RANGE[0],
-                high_rps=PREDICTION_RANGE[1],
-                steps=16,
-            ).goodput_rps
-            or PREDICTION_RANGE[0]
-        )
-        if not args.search_span > 1:
-            raise UsageError("--search-span must be above 1 (the bracket is prediction / X to prediction x X)")
-        low, high = g / args.search_span, g * args.search_span
-    else:
-        low, high = 0.5, 64.0
-        notes.append("no model before the search: it spans 0.5-64 requests/s")
-    try:
-        # The POST /tokenize that sizes prompts takes one slot of the budget; the trials share the rest.
-        trials_budget = replace(budget, max_requests=max(1, budget.max_requests - 1))
-        gplan = plan_goodput(trials_budget, low, high, requests=trial_requests, steps=args.search_steps)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    # The budget may have cut the trial's size: every use below (what is sent, what is
-    # predicted, what is said) takes the planned size, so the two sides run the same requests.
-    n = gplan.requests
-    gplan = replace(gplan, workload=f"the trace's first {n} requests")
-    print(
-        f"Active goodput search will send streaming POST /v1/completions requests to {args.url}:\n  "
-        f"{gplan.describe()}\n  budget: {budget.describe()} - a hard bound\n  also: one POST /tokenize first (to "
-        "size prompts in tokens; it takes a budget slot) and GET /v1/models",
-        file=sys.stderr,
-    )
-    judge = slo_judge(slo)
-    base = normalize_base_url(args.url)
-    out = None if args.out is None else args.out / REQUESTS
-
-    async def go():
-        async with StreamingClient(base, "") as client:
-            from llm_diagnose.probes.experiments import discover_model
-            from llm_diagnose.probes.http import ProbeHTTPError
-
-            try:
-                client.model, _ = await discover_model(client.session, base)
-            except ProbeHTTPError as exc:
-                raise TargetError(f"{args.url}: {exc}") from None
-            client.model = client.model or ""
-            guard = BudgetGuard(budget)
-            if not await guard.admit():  # the POST /tokenize leaves the client: it takes a budget slot
-                raise UsageError("the request budget has no slot for POST /tokenize: raise --budget-requests")
-            prompts, _ = await calibrate_prompts(client.session, base, client.model)
-            with JsonlWriter(out) as writer:
-                driver = Driver(client, guard, writer)
-                return await run_goodput_search(
-                    driver,
-                    gplan,
-                    lambda rate, i: trace_workload(
-                        trace[:n],
-                        prompts,
-                        pacing=PoissonArrivals(rate, gplan.seed),
-                        name=f"goodput{i}",
-                        experiment="goodput",
-                    ),
-                    judge,
-                )
-
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-    result = asyncio.run(go())
-    notes.extend(result.notes)
-    blocks_of = _blocks_of(items)
-    if model is None:
-        try:
-            fitted = fit_and_validate(result.records, limits, blocks_of=blocks_of, source="the goodput search")
-        except ModelError as exc:
-            raise UsageError(f"the goodput search recorded too little to fit a model: {exc}") from None
-        model, validation = fitted.model, fitted.validation
-        notes.append(
-            f"model error measured by fitting the search's alternate trials ({fitted.fitted_on} requests) "
-            f"and replaying the others ({fitted.held_back}); the plan's model is refitted on all of them"
-        )
-    else:
-        from llm_diagnose.diagnose.capacity.inputs import split_groups
-        from llm_diagnose.diagnose.capacity.validate import validate_model
-
-        validation = validate_model(model, limits, split_groups(result.records), blocks_of=blocks_of)
-        notes.append("model checked on every trial of the live search (none was used to fit it)")
-    predicted = predict_goodput(
-        items[:n],
-        model,
+    search = plan_live_search(
+        trace,
+        items,
         limits,
         slo,
-        low_rps=gplan.low_rps,
-        high_rps=gplan.high_rps,
-        steps=gplan.steps,
-        seed=gplan.seed,
+        model,
+        budget,
+        trial_requests=args.trial_requests,
+        steps=args.search_steps,
+        span=args.search_span,
     )
-    return model, validation, MeasuredGoodput(result.search, predicted.search), notes
-
-
-def _blocks_of(items):
-    def blocks(record) -> tuple:
-        try:
-            return items[int(record.request_id.rsplit("-", 1)[1])].blocks
-        except (ValueError, IndexError):
-            return ()
-
-    return blocks
+    print(search.describe(args.url), file=sys.stderr)
+    return run_live_search(args.url, search, requests_out=None if args.out is None else args.out / REQUESTS)
 
 
 def run(args: argparse.Namespace) -> int:
+    from llm_diagnose.diagnose.report.capacity import console_text
+
     if args.out is not None:
         prepare_out_dir(args.out, files=(PLAN_FILE, REQUESTS))  # before the search
     plan = plan_from_args(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.collect import RunPlan, run_target
 from llm_diagnose.diagnose.commands.common import (
@@ -16,14 +17,19 @@ from llm_diagnose.diagnose.commands.common import (
     load_thresholds,
 )
 from llm_diagnose.diagnose.errors import ExitCode, UsageError
-from llm_diagnose.diagnose.report import console
 from llm_diagnose.diagnose.runfolder import METRICS, out_path, prepare_out_dir
-from llm_diagnose.probes.experiments import ALL_EXPERIMENTS, ActiveBudget, describe_plan, prepare_plan, run_experiments
-from llm_diagnose.probes.metrics.window import ScrapeRecord
+
+# The help names them. (Importing this module loads the probes.experiments package, HTTP client
+# included, until that package's __init__ imports its submodules lazily.)
+from llm_diagnose.probes.experiments.plan import ALL_EXPERIMENTS
+
+if TYPE_CHECKING:
+    from llm_diagnose.probes.metrics.window import ScrapeRecord
 
 EXAMPLE = """example:
   llm-diagnose run --url http://127.0.0.1:8000 --duration 60 --out runs/staging
-  llm-diagnose run --url http://127.0.0.1:8000 --out runs/staging-active --active --budget-requests 150 --budget-seconds 60
+  llm-diagnose run --url http://127.0.0.1:8000 --out runs/staging-active --active \\
+      --budget-requests 150 --budget-seconds 60
   llm-diagnose run --url http://10.0.0.7:8000 --duration 300 --interval 5 --out runs/prod-a --offline
   llm-diagnose run --url http://127.0.0.1:8000 --out runs/chat --slo itl:p99:100ms --slo ttft:p99:2s"""
 
@@ -96,6 +102,8 @@ class Progress:
 
 def _active_hook(args: argparse.Namespace):
     """Plan the experiments, say what will be sent, and return the coroutine that sends it."""
+    from llm_diagnose.probes.experiments import ActiveBudget, describe_plan, prepare_plan, run_experiments
+
     chosen = tuple(e.strip() for e in args.experiments.split(",") if e.strip())
     unknown = sorted(set(chosen) - set(ALL_EXPERIMENTS))
     if unknown or not chosen:
@@ -116,6 +124,8 @@ def _active_hook(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from llm_diagnose.diagnose.report import console
+
     if args.duration <= 0 or args.interval <= 0:
         raise UsageError("--duration and --interval must be positive numbers of seconds")
     if args.interval > args.duration:

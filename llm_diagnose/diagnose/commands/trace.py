@@ -5,17 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llm_diagnose.diagnose.commands.common import dumps
+from llm_diagnose.diagnose.commands.common import dumps, load_thresholds
 from llm_diagnose.diagnose.errors import UsageError
 from llm_diagnose.diagnose.runfolder import check_out_file, out_path, write_output
-from llm_diagnose.diagnose.tree.evidence import Evidence, Target
+from llm_diagnose.diagnose.trace_findings import Finding, trace_evidence, trace_findings
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes.traces import FORMATS, TraceAnalysis, TraceError, analyze_trace
 
 EXAMPLE = """examples:
   llm-diagnose trace conversation_trace.jsonl --kv-capacity-tokens 500000
   llm-diagnose trace gateway.log.jsonl --tokenizer ./model --json | jq '.findings[].id'
   llm-diagnose trace AzureLLMInferenceTrace_conv.csv --evidence-out trace-evidence.json
+  llm-diagnose trace requests.jsonl --thresholds team.toml   # findings judged as decide judges them
 
+Findings are judged with the decision tree's named thresholds (q2.dynamic_prefix_fraction,
+q2.dynamic_miss_share, q2.unstable_serialization_fraction, kv_offload.min_gap; severity:
+q2.dynamic_prefix_critical), the same ones decide uses on the --evidence-out file.
 Prompt text is never printed (lengths, positions, hashes and categories only) unless --show-text."""
 
 
@@ -71,6 +76,9 @@ def register(sub) -> None:
     )
     p.add_argument("--strict", action="store_true", help="fail on the first unreadable line instead of skipping it")
     p.add_argument("--show-text", action="store_true", help="include short snippets of what varies between prompts")
+    p.add_argument(
+        "--thresholds", metavar="FILE", help="TOML file overriding named thresholds (as decide's; [slo] is ignored)"
+    )
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.add_argument(
         "--evidence-out",
@@ -82,8 +90,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    thresholds = load_thresholds(args.thresholds)  # a bad file fails before the (long) analysis
     if args.evidence_out:
-        check_out_file(args.evidence_out, "--evidence-out")  # before the (long) analysis
+        check_out_file(args.evidence_out, "--evidence-out")
     try:
         analysis = analyze_trace(
             args.file,
@@ -98,9 +107,15 @@ def run(args: argparse.Namespace) -> int:
     except TraceError as exc:
         raise UsageError(str(exc)) from None
     if args.evidence_out:
-        evidence = Evidence(Target(url=analysis.path, label="trace"), analysis.evidence_items())
-        write_output(args.evidence_out, evidence.to_json(), "--evidence-out")
-    sys.stdout.write(dumps(analysis.to_dict()) if args.json else render(analysis))
+        write_output(args.evidence_out, trace_evidence(analysis).to_json(), "--evidence-out")
+    findings = trace_findings(analysis, thresholds)
+    if args.json:
+        doc = analysis.to_dict()
+        doc["findings"] = [f.to_dict() for f in findings]
+        doc["thresholds"] = thresholds.source
+        sys.stdout.write(dumps(doc))
+    else:
+        sys.stdout.write(render(analysis, findings, thresholds))
     return 0
 
 
@@ -113,20 +128,21 @@ def _num(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}g}"
 
 
-def render(a: TraceAnalysis) -> str:
+def render(a: TraceAnalysis, findings: tuple[Finding, ...], thresholds: Thresholds) -> str:
     out = [
         f"trace {a.path} ({a.format}, {a.content}): {a.requests} requests"
         + (f", {a.read.skipped} lines skipped" if a.read.skipped else "")
     ]
     if a.tokenizer:
         out.append(f"  tokens counted with: {a.tokenizer}")
-    for name, s in (("input tokens", a.input_tokens), ("output tokens", a.output_tokens)):
-        if s is None:
+    for name, lengths in (("input tokens", a.input_tokens), ("output tokens", a.output_tokens)):
+        if lengths is None:
             out.append(f"{name}: not measured ({a.not_measured.get(name.replace(' ', '_'), '')})")
             continue
         out.append(
-            f"{name}: p50 {s.p50:g}  mean {s.mean:.1f}  p90 {s.p90:g}  p99 {s.p99:g}  max {s.max}  "
-            f"cv {_num(s.cv)}  p99/p50 {_num(s.tail_ratio)}  longest 1% carry {_pct(s.top1pct_token_share)}"
+            f"{name}: p50 {lengths.p50:g}  mean {lengths.mean:.1f}  p90 {lengths.p90:g}  p99 {lengths.p99:g}  "
+            f"max {lengths.max}  cv {_num(lengths.cv)}  p99/p50 {_num(lengths.tail_ratio)}  "
+            f"longest 1% carry {_pct(lengths.top1pct_token_share)}"
         )
     r = a.arrivals
     if r is None:
@@ -186,7 +202,9 @@ def render(a: TraceAnalysis) -> str:
             f"JSON payloads: {z.payloads} in {z.requests_with_payloads} requests; "
             f"{z.unstable_requests} requests reorder keys of an earlier payload"
         )
-    for f in a.findings:
+    if thresholds.overridden:
+        out.append(f"findings judged with thresholds from {thresholds.source}")
+    for f in findings:
         out.append(f"[{f.severity}] {f.id}: {f.message}")
         if f.fix:
             out.append(f"  fix: {f.fix}")

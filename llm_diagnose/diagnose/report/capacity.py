@@ -1,33 +1,21 @@
 """The capacity-plan section of the reports: a table of scenarios and a plot of goodput against replicas.
 
 It renders the plan as `llm-diagnose plan` wrote it (`capacity-plan.json`, the dict of
-`CapacityPlan.to_dict()`), so a report needs no model or simulation to show it. Every string
-is escaped by the format's own helpers (html.escape, markdown.cell) before it is laid out.
+`CapacityPlan.to_dict()`, read by `RunFolder.capacity_plan`), so a report needs no model or
+simulation to show it. Every string is escaped by the format's own helpers (html.escape,
+markdown.cell) before it is laid out.
 """
 
 from __future__ import annotations
 
-import json
 from html import escape
-from pathlib import Path
 
 from llm_diagnose.diagnose.report.svg import BLUE, GREEN, GREY, ORANGE, PURPLE, Chart
+from llm_diagnose.diagnose.runfolder import CAPACITY_PLAN as PLAN_FILE  # the run folder reads it (RunFolder)
 
-__all__ = ["PLAN_FILE", "load_plan", "console_text", "markdown_lines", "html_section", "goodput_svg"]
+__all__ = ["PLAN_FILE", "console_text", "markdown_lines", "html_section", "goodput_svg"]
 
-PLAN_FILE = "capacity-plan.json"
 _COLORS = (BLUE, GREEN, ORANGE, PURPLE)
-
-
-def load_plan(run_dir: Path | None) -> dict | None:
-    """The plan in a run folder, or None (none written, or unreadable: a report still renders without it)."""
-    if run_dir is None or not (run_dir / PLAN_FILE).is_file():
-        return None
-    try:
-        data = json.loads((run_dir / PLAN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("scenarios"), list) else None
 
 
 def _rate(v: float | None) -> str:

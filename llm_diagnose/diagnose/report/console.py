@@ -1,8 +1,12 @@
-"""The terminal rendering of a diagnosis: verdict first, then the path and its evidence."""
+"""The terminal rendering of a diagnosis: verdict first, then the path and its evidence.
+
+The engine line, the settings shown and the SLO summary come from the reports' shared content
+model (`llm_diagnose.diagnose.report.content`), so the terminal and the reports cannot disagree.
+"""
 
 from __future__ import annotations
 
-from llm_diagnose.diagnose.report.content import slo_summary
+from llm_diagnose.diagnose.report.content import engine_line, shown_settings, slo_summary
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes import quantities as Q
@@ -19,14 +23,9 @@ _SLO_MARK = {"broken": "!", "met": "=", "not judged": "?"}
 
 
 def _engine_line(diagnosis: Diagnosis, evidence: Evidence | None) -> str:
-    if evidence is None:
-        return diagnosis.engine
-    version = evidence.fact(Q.ENGINE_VERSION)
-    model = evidence.fact(Q.ENGINE_MODEL)
-    parts = [diagnosis.engine + (f" {version}" if version else "")]
-    if model:
-        parts.append(f"model {model}")
-    return ", ".join(parts)
+    """The reports' engine line (report.content), and the model where it was observed."""
+    model = evidence.fact(Q.ENGINE_MODEL) if evidence is not None else None
+    return engine_line(diagnosis, evidence) + (f", model {model}" if model else "")
 
 
 def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, verbose: bool = True) -> str:
@@ -44,6 +43,9 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, verbose: b
     bad = evidence.measurement(Q.BAD_SAMPLES) if evidence is not None else None
     if bad is not None and bad.value > 0:  # impossible values the page carried: left out, never hidden
         add(f"Bad samples: {bad.note}")
+    notes = evidence.fact(Q.ACTIVE_NOTES) if evidence is not None else None
+    if isinstance(notes, str) and notes:  # experiments repeated, or kept without a verdict, and why
+        add(f"Active run: {notes}")
     slo = slo_summary(diagnosis)
     source = f" ({slo['source']})" if slo["declared"] else ""
     add(f"SLO{source}: {slo['summary']}")
@@ -57,12 +59,8 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, verbose: b
         for i, r in enumerate(active, 1):
             add(f"  {i}. {r.technique} [{r.status}] from {r.question}, confidence {r.confidence:.2f}")
             add(f"     why: {r.reason}")
-            # The engine's own settings where they are known; all engines' otherwise.
-            own = diagnosis.settings_known and r.settings_for(diagnosis.engine)
-            engines = [diagnosis.engine] if own else [e for e, _ in r.settings]
-            for engine in engines:
-                for setting in r.settings_for(engine):
-                    add(f"     {engine}: {setting}")
+            for engine, setting in shown_settings(diagnosis, r):  # the engine's own where known
+                add(f"     {engine}: {setting}")
             add(f"     expect: {r.expect}")
     else:
         add("Recommendations: none")

@@ -19,11 +19,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.tree.diagnosis import Comparison, Diagnosis, Recommendation
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Result
+
+if TYPE_CHECKING:
+    from llm_diagnose.diagnose.runfolder import RunFolder
 
 __all__ = [
     "REPORT_SCHEMA",
@@ -33,6 +37,7 @@ __all__ = [
     "render",
     "format_value",
     "format_result",
+    "engine_line",
     "shown_settings",
     "redact_marker",
     "slo_summary",
@@ -168,7 +173,8 @@ def _evidence_rows(evidence: Evidence | None, keys: Iterable[str], scrub: _Redac
     return rows
 
 
-def _engine_line(diagnosis: Diagnosis, evidence: Evidence | None) -> str:
+def engine_line(diagnosis: Diagnosis, evidence: Evidence | None) -> str:
+    """The engine and its version, as every report names it."""
     if evidence is None:
         return diagnosis.engine
     version = evidence.fact(Q.ENGINE_VERSION)
@@ -199,8 +205,10 @@ def _window(evidence: Evidence) -> str:
     return f"{length:.1f} s of scrapes ({span}){tail}"
 
 
-def _provenance(diagnosis: Diagnosis, evidence: Evidence | None, scrub: _Redactor) -> list[list[str]]:
-    rows = [["target", diagnosis.target or "(not recorded)"], ["engine", _engine_line(diagnosis, evidence)]]
+def _provenance(
+    diagnosis: Diagnosis, evidence: Evidence | None, run: RunFolder | None, scrub: _Redactor
+) -> list[list[str]]:
+    rows = [["target", diagnosis.target or "(not recorded)"], ["engine", engine_line(diagnosis, evidence)]]
     if evidence is not None:
         model = evidence.fact(Q.ENGINE_MODEL)
         rows += [
@@ -210,9 +218,14 @@ def _provenance(diagnosis: Diagnosis, evidence: Evidence | None, scrub: _Redacto
             ["evidence written", f"{evidence.created_at} on host {evidence.host or '?'}"],
             ["tool version", evidence.tool or "?"],
         ]
+        notes = evidence.fact(Q.ACTIVE_NOTES)  # repeats after a starved client, figures without a verdict
+        if isinstance(notes, str) and notes:
+            rows.append(["active run", notes])
     else:
         rows.append(["evidence", "not available (report made from diagnosis.json alone)"])
     rows.append(["evidence sha256", diagnosis.evidence_digest])
+    if run is not None and run.skipped:  # a sample that shrank says so
+        rows.append(["skipped lines", "; ".join(run.skipped_notes())])
     return [[label, scrub(value)] for label, value in rows]
 
 
@@ -258,8 +271,17 @@ def _pitfall_status(detected: bool | None) -> str:
 
 
 # --- the whole ----------------------------------------------------------------------------
-def content(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_prompts: bool = False) -> dict:
-    """Everything a report shows, in reading order, as plain (unescaped, redacted) text."""
+def content(
+    diagnosis: Diagnosis,
+    evidence: Evidence | None = None,
+    *,
+    include_prompts: bool = False,
+    run: RunFolder | None = None,
+) -> dict:
+    """Everything a report shows, in reading order, as plain (unescaped, redacted) text.
+
+    `run`, the loaded run folder where there is one, adds how its files were read (lines skipped).
+    """
     scrub = _Redactor(evidence, include_prompts)
     answers = {a.question: a for a in diagnosis.answers}
     steps: dict[str, list[dict]] = {}
@@ -311,7 +333,7 @@ def content(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_p
         "schema": REPORT_SCHEMA,
         "version": REPORT_VERSION,
         "title": f"llm-diagnose: {scrub(diagnosis.target) or 'target'}",
-        "engine": _engine_line(diagnosis, evidence),
+        "engine": engine_line(diagnosis, evidence),
         "bottleneck": scrub(diagnosis.bottleneck),
         "headline": {"kind": diagnosis.headline_kind, "subject": diagnosis.headline_subject},
         "sanity": [{"key": f.key, "problem": scrub(f.problem)} for f in diagnosis.sanity],
@@ -329,7 +351,7 @@ def content(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_p
         "not_measured": [
             {"evidence": m.evidence, "reason": scrub(m.reason), "hint": scrub(m.hint)} for m in diagnosis.not_measured
         ],
-        "provenance": _provenance(diagnosis, evidence, scrub),
+        "provenance": _provenance(diagnosis, evidence, run, scrub),
         "prompts_withheld": scrub.active,
     }
 
@@ -349,13 +371,13 @@ def render(
     evidence: Evidence | None = None,
     *,
     include_prompts: bool = False,
-    capacity_plan: dict | None = None,
+    run: RunFolder | None = None,
 ) -> str:
     """The JSON report: the content above, plus the complete diagnosis for machines, and the
     capacity plan (`llm-diagnose plan --out`) where the run folder has one."""
-    doc = content(diagnosis, evidence, include_prompts=include_prompts)
+    doc = content(diagnosis, evidence, include_prompts=include_prompts, run=run)
     scrub = _Redactor(evidence, include_prompts)
     doc["diagnosis"] = _scrub_all(diagnosis.to_dict(), scrub)
-    if capacity_plan is not None:
-        doc["capacity_plan"] = _scrub_all(capacity_plan, scrub)
+    if run is not None and run.capacity_plan is not None:
+        doc["capacity_plan"] = _scrub_all(run.capacity_plan, scrub)
     return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

@@ -5,16 +5,18 @@ browser: its Content-Security-Policy forbids every fetch and every script, so ev
 escaped escaping could not run. Every string from the evidence or the diagnosis passes
 `html.escape`. The content and its order come from `llm_diagnose.diagnose.report.content.content`, the same
 as the Markdown and JSON reports: verdict first, then the figures, the path through the
-questions, the pitfalls, what was not measured, and the provenance.
+questions, the pitfalls, what was not measured, and the provenance. It is a function of loaded
+data (the diagnosis, the evidence, the `RunFolder`): it opens no file.
 """
 
 from __future__ import annotations
 
 from html import escape
-from pathlib import Path
 
-from llm_diagnose.diagnose.report import svg
+from llm_diagnose.diagnose.report import capacity
 from llm_diagnose.diagnose.report.content import content
+from llm_diagnose.diagnose.report.figures import Figure, figures
+from llm_diagnose.diagnose.runfolder import RunFolder
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 
@@ -118,9 +120,9 @@ def _slo(slo: dict) -> str:
     return "".join(out)
 
 
-def _figures(figures: list[svg.Figure]) -> str:
+def _figures(drawn: list[Figure]) -> str:
     out = ['<section id="plots"><h2>Evidence at a glance</h2><div class="figures">']
-    for f in figures:
+    for f in drawn:
         body = f.svg if f.drawn else f'<div class="not-measured">not measured: {escape(f.missing)}</div>'
         state = "drawn" if f.drawn else "missing"
         caption = f"<figcaption>{escape(f.caption)}</figcaption>" if f.caption else ""
@@ -195,7 +197,10 @@ def _pitfalls(c: dict) -> str:
 
 def _not_measured(c: dict) -> str:
     if not c["not_measured"]:
-        return '<section id="not-measured"><h2>Not measured</h2><p>Everything the tree asked for was measured.</p></section>'
+        return (
+            '<section id="not-measured"><h2>Not measured</h2>'
+            "<p>Everything the tree asked for was measured.</p></section>"
+        )
     rows = [[m["evidence"], m["reason"], m["hint"]] for m in c["not_measured"]]
     return (
         '<section id="not-measured"><h2>Not measured</h2>'
@@ -222,29 +227,26 @@ def _provenance(c: dict) -> str:
     )
 
 
-def _capacity_plan(run_dir: Path | None) -> str:
+def _capacity_plan(run: RunFolder | None) -> str:
     """The capacity-plan section, when `llm-diagnose plan --out` wrote one into the run folder."""
-    from llm_diagnose.diagnose.report import capacity
-
-    plan = capacity.load_plan(run_dir)
-    return "" if plan is None else capacity.html_section(plan)
+    return "" if run is None or run.capacity_plan is None else capacity.html_section(run.capacity_plan)
 
 
 def render(
     diagnosis: Diagnosis,
     evidence: Evidence | None = None,
     *,
-    run_dir: Path | None = None,
+    run: RunFolder | None = None,
     include_prompts: bool = False,
 ) -> str:
-    """The complete page, as text (UTF-8 when written)."""
-    c = content(diagnosis, evidence, include_prompts=include_prompts)
+    """The complete page, as text (UTF-8 when written); `run` is the loaded run folder, where there is one."""
+    c = content(diagnosis, evidence, include_prompts=include_prompts, run=run)
     body = "".join(
         [
             f'<header><h1>{escape(c["title"])}</h1><p class="sub">engine {escape(c["engine"])}</p></header>',
             _verdict(c),
-            _figures(svg.figures(evidence, run_dir)),
-            _capacity_plan(run_dir),
+            _figures(figures(evidence, run)),
+            _capacity_plan(run),
             _path(c),
             _pitfalls(c),
             _not_measured(c),

@@ -13,12 +13,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from llm_diagnose.diagnose.report import capacity
 from llm_diagnose.diagnose.report.content import content
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 
-if TYPE_CHECKING:  # gate imports nothing from here; the type is only for annotations
-    from llm_diagnose.diagnose.gate import GateResult
+if TYPE_CHECKING:  # gate imports nothing from here; the types are only for annotations
+    from llm_diagnose.diagnose.gate_result import GateResult
+    from llm_diagnose.diagnose.runfolder import RunFolder
 
 __all__ = ["render", "render_gate", "cell", "text", "code"]
 
@@ -57,8 +59,15 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return out + [""]
 
 
-def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_prompts: bool = False) -> str:
-    c = content(diagnosis, evidence, include_prompts=include_prompts)
+def render(
+    diagnosis: Diagnosis,
+    evidence: Evidence | None = None,
+    *,
+    include_prompts: bool = False,
+    run: RunFolder | None = None,
+) -> str:
+    """The diagnosis report; with the loaded run folder, its capacity plan and lines skipped too."""
+    c = content(diagnosis, evidence, include_prompts=include_prompts, run=run)
     out = [
         f"## {text(c['title'])}",
         "",
@@ -138,6 +147,8 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, include_pr
         )
     out += ["### Provenance", ""]
     out += _table(["", ""], [[cell(k), cell(v)] for k, v in c["provenance"]])
+    if run is not None and run.capacity_plan is not None:
+        out += capacity.markdown_lines(run.capacity_plan)
     return "\n".join(out)
 
 
@@ -150,6 +161,7 @@ def render_gate(result: GateResult) -> str:
         "",
         text(tally),
         "",
+        *[line for s in result.skipped_lines for line in (text(f"skipped lines: {s}"), "")],
         f"baseline: {code(result.baseline_label)}  ",
         f"current: {code(result.current_label)}",
         "",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from llm_diagnose.diagnose.tree.diagnosis import Answer, PitfallCheck, Recommendation, Step
+from llm_diagnose.diagnose.tree.diagnosis import Answer, PitfallCheck, Recommendation, Status, Step
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.diagnose.tree.reading import Reading
 from llm_diagnose.diagnose.tree.signals import setting
@@ -52,14 +52,14 @@ class Branches:
         """True, False, or None when the pitfall could not be checked: unknown stays unknown."""
         return self.pitfalls[pitfall].detected
 
-    def add(self, technique: str, status: str, question: str, reason: str) -> None:
+    def add(self, technique: str, status: Status, question: str, reason: str) -> None:
         t = CATALOGUE[technique]
         self.recs.append(
             Recommendation(
                 technique=technique,
                 status=status,
                 question=question,
-                reason=reason,  # type: ignore[arg-type]
+                reason=reason,
                 settings=t.settings,
                 expect=t.expect,
                 confidence=self.answers[question].confidence,

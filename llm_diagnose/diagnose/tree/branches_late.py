@@ -10,6 +10,7 @@ prefill and decode only past q6.disagg_min_devices and q6.disagg_min_prompt_rati
 from __future__ import annotations
 
 from llm_diagnose.diagnose.tree.branch import Branches, needed
+from llm_diagnose.diagnose.tree.diagnosis import Status
 from llm_diagnose.diagnose.tree.questions import slo_stalls_note
 from llm_diagnose.diagnose.tree.signals import devices
 from llm_diagnose.diagnose.tree.speculative import decode_regime
@@ -110,6 +111,7 @@ def _disagg_scale(b: Branches) -> tuple[bool | None, str]:
     count = r.num(Q.DEVICE_COUNT)
     n = max(v for v in (n_dev, count, 0.0) if v is not None)
     prompt_rate, gen_rate = r.num(Q.PROMPT_TOKENS_PER_S), r.num(Q.GEN_TOKENS_PER_S)
+    ratio: float | None
     if prompt_rate is not None and gen_rate:
         ratio, what = prompt_rate / gen_rate, "prompt:output tokens per second"
     else:
@@ -144,7 +146,8 @@ def q6(b: Branches) -> None:
         b.step("Q6.stalls-break-slo", breaks, note)
     need = needed(a, "yes")
     inflation = b.ev.measurement(Q.ITL_INFLATION)
-    survives = bool(need and chunked and inflation is not None and inflation.value >= b.th["q6.disagg_inflation"])
+    slowdown = inflation.value if need and chunked and inflation is not None else None  # a float where survives
+    survives = slowdown is not None and slowdown >= b.th["q6.disagg_inflation"]
     b.step("Q6.contention-survives-chunking", survives if (need and chunked) else None)
     chunk = b.num(Q.MAX_NUM_BATCHED_TOKENS)
     tuned = chunk is not None and chunk <= b.th["q6.min_chunk_tokens"]
@@ -154,7 +157,7 @@ def q6(b: Branches) -> None:
             "chunked-prefill",
             "not-working",
             "Q6",
-            f"chunked prefill is on, yet streams still slow {inflation.value:.1f}x during prefills: tune the chunk "
+            f"chunked prefill is on, yet streams still slow {slowdown:.1f}x during prefills: tune the chunk "
             f"first{size}: a smaller --max-num-batched-tokens and --long-prefill-token-threshold (vLLM), "
             "--chunked-prefill-size (SGLang)",
         )
@@ -180,14 +183,14 @@ def q6(b: Branches) -> None:
     if pd:
         overhead = b.detected("disaggregation-overhead")
         pit = b.pitfalls["disaggregation-overhead"]
-        status = {True: "not-working", False: "in-place", None: "on-unverified"}[overhead]
+        status: dict[bool | None, Status] = {True: "not-working", False: "in-place", None: "on-unverified"}
         reason = {
             True: pit.explanation,
             False: f"on; {pit.explanation}",
             None: "on, but the KV transfer time was not measured: read the connector's metrics (NIXL: "
             "nixl_xfer_time_seconds) against time to first token",
         }[overhead]
-        b.add("pd-disaggregation", status, "Q6", reason)
+        b.add("pd-disaggregation", status[overhead], "Q6", reason)
         return
     if survives:
         scale, why = _disagg_scale(b)
@@ -197,7 +200,7 @@ def q6(b: Branches) -> None:
                 "pd-disaggregation",
                 "recommended",
                 "Q6",
-                f"chunked prefill is on and streams still slow {inflation.value:.1f}x during prefills; {why}: "
+                f"chunked prefill is on and streams still slow {slowdown:.1f}x during prefills; {why}: "
                 "separate prefill and decode instances",
             )
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import platform
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from llm_diagnose.probes import quantities as Q
@@ -85,14 +85,14 @@ _FAMILIES = tuple(
         Q.decode_bound_key,
         Q.prefill_latency_key,
         Q.prefill_floor_key,
-        # The prefix-reuse curve the SVG report draws (llm_diagnose/diagnose/report/svg.py CURVE_KEY): hit share at N tokens.
+        # The prefix-reuse curve the SVG report draws (diagnose/report/svg.py CURVE_KEY): hit share at N tokens.
         lambda n: f"prefix.lru_fraction_c{n}",
     )
 )
 
 
 def catalogued(key: str) -> bool:
-    """Whether a probe defines this evidence key (llm_diagnose/probes/quantities.py, or one of its per-size families)."""
+    """Whether a probe defines this evidence key (probes/quantities.py, or one of its per-size families)."""
     return key in Q.CATALOGUE or any(p.match(key) for p in _FAMILIES)
 
 
@@ -187,16 +187,6 @@ class Evidence:
                 merged[key] = new
         return Evidence(self.target, merged, self.created_at, self.tool, self.host)
 
-    @classmethod
-    def merge(cls, parts: Iterable[Evidence], target: Target | None = None) -> Evidence:
-        parts = list(parts)
-        if not parts:
-            raise EvidenceError("nothing to merge")
-        out = parts[0] if target is None else Evidence(target, parts[0].items)
-        for p in parts[1:]:
-            out = out.with_items(p.items)
-        return out
-
     # --- JSON ----------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {
@@ -213,7 +203,7 @@ class Evidence:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> Evidence:
+    def from_dict(cls, d: object) -> Evidence:
         if not isinstance(d, Mapping):
             raise EvidenceError("evidence must be a JSON object")
         if d.get("schema") != SCHEMA:

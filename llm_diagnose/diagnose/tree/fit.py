@@ -12,7 +12,7 @@ overloaded, untested, fits (answer "yes"); "unknown" without evidence.
 
 from __future__ import annotations
 
-from llm_diagnose.diagnose.tree.diagnosis import Answer
+from llm_diagnose.diagnose.tree.diagnosis import Answer, AnswerValue
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.diagnose.tree.reading import Reading
 from llm_diagnose.diagnose.tree.signals import devices, load_level
@@ -26,7 +26,7 @@ ENGINE_FIGURE = "the engine's maximum-concurrency figure (at its max_model_len)"
 TITLE = "Does the model fit the hardware with room to spare?"
 
 
-def _answer(r: Reading, answer: str, confidence: float, rationale: str, verdict: str = "") -> Answer:
+def _answer(r: Reading, answer: AnswerValue, confidence: float, rationale: str, verdict: str = "") -> Answer:
     return r.answer("Q1", TITLE, answer, confidence, rationale, verdict)
 
 
@@ -133,11 +133,10 @@ def ask_q1(ev: Evidence, th: Thresholds) -> Answer:
         return _answer(
             r, "yes", basis, f"{fits}, but load fills it: {usage}, {', '.join(pressure)}{capped}", "overloaded"
         )
-    if kv_full and queued is None and (preempted is None or preempted == 0):
-        if weights is None and fit_requests is None:
-            return _answer(
-                r, "unknown", 0.0, "the KV cache ran full, but whether requests were turned away was not measured"
-            )
+    if kv_full and queued is None and not preempted and weights is None and fit_requests is None:
+        return _answer(
+            r, "unknown", 0.0, "the KV cache ran full, but whether requests were turned away was not measured"
+        )
     if weights is None and kv_p95 is None and fit_requests is None:
         return _answer(r, "unknown", 0.0, "neither the weights' share of memory nor the KV cache was measured")
     parts = ["the model fits"]

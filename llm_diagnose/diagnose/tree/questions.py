@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llm_diagnose.diagnose.tree.diagnosis import Answer, Comparison
+from llm_diagnose.diagnose.tree.diagnosis import Answer, AnswerValue, Comparison, Missing
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.diagnose.tree.fit import TITLE as Q1_TITLE
 from llm_diagnose.diagnose.tree.fit import ask_q1
-from llm_diagnose.diagnose.tree.reading import Reading
+from llm_diagnose.diagnose.tree.reading import SETTLE_LIVE, Reading
 from llm_diagnose.diagnose.tree.signals import in_flight, load_level, setting
 from llm_diagnose.diagnose.tree.slo import SLO, ObjectiveCheck
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
@@ -42,8 +42,14 @@ QUESTION_TITLES = {
 }
 
 
-def _answer(r: Reading, q: str, answer: str, confidence: float, rationale: str, verdict: str = "") -> Answer:
+def _answer(r: Reading, q: str, answer: AnswerValue, confidence: float, rationale: str, verdict: str = "") -> Answer:
     return r.answer(q, QUESTION_TITLES[q], answer, confidence, rationale, verdict)
+
+
+def inconclusive(r: Reading, q: str, why: str, settle: str = SETTLE_LIVE) -> Answer:
+    """No verdict: the evidence leaves the answer open. Says why, and what would settle it."""
+    r.missing.append(Missing(f"{q}.verdict", f"inconclusive: {why}", settle))
+    return _answer(r, q, "unknown", 0.0, f"inconclusive: {why}; to settle it: {settle}", "inconclusive")
 
 
 def ask_q2(ev: Evidence, th: Thresholds) -> Answer:
@@ -107,15 +113,20 @@ def ask_q3(ev: Evidence, th: Thresholds) -> Answer:
     conc, conc_key = in_flight(r)
     varied = None if cv is None else r.compare(Q.OUTPUT_LEN_CV, cv, ">=", "q3.min_output_cv")
     concurrent = None if conc is None else r.compare(conc_key, conc, ">=", "q3.min_concurrency")
-    if slowdown is not None and r.compare(Q.SHORT_WAIT_FOR_LONG, slowdown, ">=", "q3.max_short_slowdown"):
+    waits = r.live(Q.SHORT_WAIT_FOR_LONG, ">=", "q3.max_short_slowdown") if slowdown is not None else None
+    if waits is not None and waits.holds:
         return _answer(
             r,
             "Q3",
             "yes",
-            r.conf("direct") * r.quality(Q.SHORT_WAIT_FOR_LONG),
-            f"short requests beside long ones took {slowdown:.1f}x as long as alone",
+            r.capped(r.conf("direct"), Q.SHORT_WAIT_FOR_LONG),
+            f"short requests beside long ones took {waits.shown}x as long as beside short ones",
             "short-waits-for-long",
         )
+    if waits is not None and waits.holds is None:
+        return inconclusive(r, "Q3", f"whether short requests wait for long ones: {waits.why}")
+    # Otherwise the interval is clear of the line (short requests do not wait): whether the
+    # workload needs continuous batching is then the traffic's question, read below.
     tokens = r.num(Q.GEN_TOKENS_PER_S)
     if concurrent is False and (conc == 0 or (tokens is not None and tokens < th["load.min_tokens_per_s"])):
         return _answer(
@@ -220,6 +231,9 @@ def ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
             f"nobody waits for single responses, {who}: per-token latency is no one's complaint, throughput is",
             "offline",
         )
+    untrusted = r.disbelieved(Q.ITL_P50, Q.ITL_P99)
+    if untrusted is not None:  # a starved client's gaps are its own lateness, not decode's
+        return inconclusive(r, "Q5", f"whether tokens arrive slowly: {untrusted}")
     p50 = r.num(Q.ITL_P50)
     p99 = r.num(Q.ITL_P99)
     share = r.num(Q.DECODE_TIME_SHARE)
@@ -232,8 +246,10 @@ def ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
     decode_dominates = None if share is None else r.compare(Q.DECODE_TIME_SHARE, share, ">=", "q5.min_decode_share")
     quality = r.quality(Q.ITL_P50, Q.ITL_P99)
     basis = " (against the fixed thresholds q5.max_itl_*: no ITL objective declared)"
+    # In milliseconds for the text; each figure quoted below is one that was measured.
+    p50_ms, p99_ms = (None if p50 is None else p50 * 1e3), (None if p99 is None else p99 * 1e3)
     if (slow_median or slow_tail) and decode_dominates is not False:
-        what = f"median {p50 * 1e3:.0f} ms" if slow_median else f"p99 {p99 * 1e3:.0f} ms"
+        what = f"median {p50_ms:.0f} ms" if slow_median else f"p99 {p99_ms:.0f} ms"
         conf = (r.conf("counters") if decode_dominates else r.conf("proxy")) * quality
         return _answer(r, "Q5", "yes", conf, f"tokens arrive slowly ({what} between tokens){basis}")
     if slow_median or slow_tail:
@@ -244,7 +260,7 @@ def ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
             r.conf("proxy") * quality,
             f"decode is slow but only {share:.0%} of request time is decode: prefill or queueing dominate{basis}",
         )
-    shown = f"{p50 * 1e3:.1f} ms median" if p50 is not None else f"{p99 * 1e3:.1f} ms p99"
+    shown = f"{p50_ms:.1f} ms median" if p50_ms is not None else f"{p99_ms:.1f} ms p99"
     return _answer(
         r, "Q5", "no", r.conf("counters") * quality, f"inter-token latency is within target ({shown}){basis}"
     )
@@ -334,21 +350,21 @@ def ask_q6(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
     inflation = r.num(Q.ITL_INFLATION)
     corr = r.num(Q.PROMPT_ITL_CORRELATION)
     corr_contend = None if corr is None else r.compare(Q.PROMPT_ITL_CORRELATION, corr, ">=", "q6.min_correlation")
-    if inflation is not None:
-        m = r.measurement(Q.ITL_INFLATION)
-        contend = r.compare(Q.ITL_INFLATION, inflation, ">=", "q6.min_itl_inflation")
+    stalls = r.live(Q.ITL_INFLATION, ">=", "q6.min_itl_inflation") if inflation is not None else None
+    if stalls is not None and stalls.holds is None:
+        return inconclusive(r, "Q6", f"whether prefills stall decode: {stalls.why}")
+    if stalls is not None:
+        contend = bool(stalls.holds)
         conf = r.conf("direct")
-        if m is not None and m.summary is not None and m.summary.ci_low <= 1.0 < m.summary.ci_high:
-            conf = min(conf, r.conf("ambiguous"))  # the interval includes "no inflation"
         if corr_contend is not None and corr_contend != contend:
             conf *= r.conf("disagreement")
-        answer = "yes" if contend else "no"
+        answer: AnswerValue = "yes" if contend else "no"
         return _answer(
             r,
             "Q6",
             answer,
-            conf * r.quality(Q.ITL_INFLATION),
-            said(answer, f"inter-token latency during prefills was {inflation:.2f}x the baseline"),
+            r.capped(conf, Q.ITL_INFLATION),
+            said(answer, f"inter-token latency during prefills was {stalls.shown}x the baseline"),
         )
     if corr is not None:
         # A rank correlation across scrapes is passive: at low load it says nothing, and

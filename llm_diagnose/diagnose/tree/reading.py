@@ -10,12 +10,29 @@ from __future__ import annotations
 
 import operator
 
-from llm_diagnose.diagnose.tree.diagnosis import Answer, Comparison, Missing
+from llm_diagnose.diagnose.tree.diagnosis import Answer, AnswerValue, Comparison, Missing
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
+from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Fact, Measurement, NotMeasured
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+# What settles a live verdict the evidence left open (said with every inconclusive answer).
+SETTLE_LIVE = (
+    "run the experiment again with more --budget-requests/--budget-seconds (more rounds narrow the interval), "
+    "on a quieter host (the client's own CPU starvation widens it), or with the server's /metrics reachable"
+)
+
+
+class IntervalVerdict:
+    """A live measurement judged by its interval, not its point: `holds` is True or False only
+    when the whole interval lies on one side of the threshold, None (inconclusive) otherwise,
+    with `why` saying what left it open."""
+
+    __slots__ = ("holds", "why", "shown")
+
+    def __init__(self, holds: bool | None, why: str, shown: str) -> None:
+        self.holds, self.why, self.shown = holds, why, shown
 
 
 class Reading:
@@ -76,6 +93,53 @@ class Reading:
         self.comparisons.append(Comparison(threshold, key, float(value), op, float(limit), holds))
         return holds
 
+    def disbelieved(self, *keys: str) -> str | None:
+        """The first of `keys` whose client timings are not to be believed (a starved client,
+        bundled delivery the engine's histograms contradict): its warning, else None."""
+        for key in keys:
+            m = self.evidence.measurement(key)
+            if m is not None:
+                found = next((w for w in m.warnings if w.startswith(Q.CLIENT_STARVED_WARNING)), None)
+                if found is not None:
+                    self._use(key)
+                    return f"{key}: {found}"
+        return None
+
+    def live(self, key: str, op: str, threshold: str) -> IntervalVerdict | None:
+        """Judge a live (client-timed) measurement by its interval; None when it is missing.
+
+        Rules (confidence.* of thresholds.py document the same): a measurement the client took
+        while starved of CPU (its warning names it, `Q.CLIENT_STARVED_WARNING`) is no verdict;
+        one without an interval (a single probe, or too few samples for one) is no verdict;
+        otherwise the verdict holds only where the interval clears the threshold.
+        """
+        m = self.evidence.measurement(key)
+        if m is None:
+            self._note_missing(key)
+            return None
+        self._use(key)
+        limit = self.thresholds[threshold]
+        holds = bool(_OPS[op](m.value, limit))
+        self.comparisons.append(Comparison(threshold, key, float(m.value), op, float(limit), holds))
+        starved = next((w for w in m.warnings if w.startswith(Q.CLIENT_STARVED_WARNING)), None)
+        if starved is not None:
+            return IntervalVerdict(None, starved, f"{m.value:.3g}")
+        if m.summary is None or m.n < self.thresholds["evidence.min_live_samples"]:
+            return IntervalVerdict(
+                None,
+                f"{key} = {m.value:.3g} rests on {m.n} sample(s): too few for an interval "
+                f"(at least {self.thresholds['evidence.min_live_samples']:.0f})",
+                f"{m.value:.3g}",
+            )
+        low, high = m.summary.ci_low, m.summary.ci_high
+        shown = f"{m.value:.3g} ({m.summary.ci_level:.0%} interval {low:.3g}-{high:.3g})"
+        upward = op in (">=", ">")
+        if _OPS[op](low if upward else high, limit):
+            return IntervalVerdict(True, "", shown)
+        if not _OPS[op](high if upward else low, limit):
+            return IntervalVerdict(False, "", shown)
+        return IntervalVerdict(None, f"{key} = {shown} straddles the threshold {threshold} = {limit:g}", shown)
+
     def check(self, key: str, op: str, threshold: str) -> bool | None:
         """Read `key` and compare it with `threshold`; None when the key is missing."""
         value = self.num(key)
@@ -121,7 +185,7 @@ class Reading:
         return min(base, self.quality(*keys))
 
     def answer(
-        self, question: str, title: str, answer: str, confidence: float, rationale: str, verdict: str = ""
+        self, question: str, title: str, answer: AnswerValue, confidence: float, rationale: str, verdict: str = ""
     ) -> Answer:
         """The answer with everything this reading recorded. It lists as missing only what it
         did not manage to read: a key another signal made unnecessary is still listed, since
@@ -129,7 +193,7 @@ class Reading:
         return Answer(
             question=question,
             title=title,
-            answer=answer,  # type: ignore[arg-type]
+            answer=answer,
             confidence=round(max(0.0, min(1.0, confidence)), 3),
             rationale=rationale,
             comparisons=tuple(self.comparisons),
@@ -137,6 +201,3 @@ class Reading:
             missing=tuple(self.missing),
             verdict=verdict,
         )
-
-    def missing_except(self, present: set[str]) -> tuple[Missing, ...]:
-        return tuple(m for m in self.missing if m.evidence not in present)

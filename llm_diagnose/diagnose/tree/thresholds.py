@@ -159,6 +159,15 @@ _ALL: list[Threshold] = [
         "a fifth of the prompt tokens lost to a varying lead is worth a prompt change",
     ),
     Threshold(
+        "q2.dynamic_prefix_critical",
+        0.30,
+        "fraction",
+        "share of prompt tokens behind a varying lead at or above which `llm-diagnose trace` calls the "
+        "dynamic-prefix finding critical rather than a warning (severity only: whether it is raised is "
+        "q2.dynamic_prefix_fraction's, or q2.dynamic_miss_share's)",
+        "the trace analysis's long-standing line: almost a third of the prefill recomputed for a prompt-layout fault",
+    ),
+    Threshold(
         "q2.dynamic_miss_share",
         0.50,
         "fraction",
@@ -469,6 +478,15 @@ _ALL: list[Threshold] = [
         "samples",
         "fewer observations than this lower an answer's confidence",
         "three scrapes give one delta and a spread",
+    ),
+    Threshold(
+        "evidence.min_live_samples",
+        3.0,
+        "samples",
+        "a live (client-timed) measurement needs this many samples on each side for an interval; "
+        "with fewer, its verdict is inconclusive",
+        "no verdict from a single probe: on a shared host one scheduling stall doubles a 80 ms probe "
+        "(issue 14: a short-vs-long verdict once rested on one 'alone' probe)",
     ),
     Threshold(
         "evidence.min_window_s",

@@ -242,7 +242,7 @@ def _q3(b: _Branches) -> None:
     a = b.answers["Q3"]
     cb, how = b.on(Q.CONTINUOUS_BATCHING)
     b.step("Q3.continuous-batching-on", cb)
-    working = False if a.verdict == "short-waits-for-long" else True
+    working = a.verdict != "short-waits-for-long"
     b.by_state(
         "continuous-batching",
         "Q3",
@@ -263,7 +263,7 @@ def _q4(b: _Branches) -> None:
         "Q4",
         paged,
         _needed(a, "yes"),
-        working=False if paged else True,
+        working=not paged,
         broken_why="the KV cache is paged, yet much of it holds no token: check the block size",
         default_why=how,
     )

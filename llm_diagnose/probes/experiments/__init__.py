@@ -13,19 +13,25 @@ reason. Every request is in `run_dir/requests.jsonl` as soon as it ends; experim
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.experiments import agreement
 from llm_diagnose.probes.experiments.common import (
     ExperimentContext,
     ExperimentOutcome,
     MetricsReader,
+    ServerDelta,
+    burst_warning,
+    gaps_of,
     not_measured,
     with_warnings,
 )
@@ -48,11 +54,18 @@ from llm_diagnose.probes.experiments.spec import run_spec
 from llm_diagnose.probes.http import ProbeHTTPError, get_json, make_session, normalize_base_url, redact_url
 from llm_diagnose.probes.load.budget import ActiveBudget, BudgetGuard
 from llm_diagnose.probes.load.client import StreamingClient, StreamTimeouts, is_local_target
-from llm_diagnose.probes.load.health import HealthWindow
+from llm_diagnose.probes.load.health import ClientHealth, HealthWindow
 from llm_diagnose.probes.load.prompts import PromptMaker, calibrate_prompts
-from llm_diagnose.probes.load.records import EVENTS_FILE, REQUESTS_FILE, Endpoint, JsonlWriter
+from llm_diagnose.probes.load.records import (
+    EVENTS_FILE,
+    INPUTS_FILE,
+    REQUESTS_FILE,
+    Endpoint,
+    JsonlWriter,
+    RequestSpec,
+)
 from llm_diagnose.probes.load.runner import Driver
-from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result
+from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Provenance, Result
 
 __all__ = [
     "ALL_EXPERIMENTS",
@@ -166,10 +179,12 @@ async def run_experiments(
         run_path.mkdir(parents=True, exist_ok=True)
     requests_out = JsonlWriter(None if run_path is None else run_path / REQUESTS_FILE)
     events_out = JsonlWriter(None if run_path is None else run_path / EVENTS_FILE)
+    inputs_out = JsonlWriter(None if run_path is None else run_path / INPUTS_FILE)
     results: dict[str, Result] = {}
     local = is_local_target(base)
     try:
         async with StreamingClient(base, model or "", timeouts=timeouts) as client:
+            client.on_body = _input_recorder(inputs_out, time.perf_counter())
             notes: list[str] = []
             max_len: int | None = None
             if not model or plan is None:
@@ -220,9 +235,12 @@ async def run_experiments(
                 prompts=prompts.describe(),
                 plan=describe_plan(plan),
             )
+            side_by_side: dict[str, list[agreement.SideBySide]] = {}  # client vs server, per experiment
             async with HealthWindow(client.counters, local) as run_health:
-                for name, step in plan.steps:
-                    outcome = await _run_one(name, step, ctx, guard, client, local)
+                for i, (name, step) in enumerate(plan.steps):
+                    later = plan.steps[i + 1 :]
+                    reserve = (sum(p.time_cap_s for _, p in later), sum(p.requests for _, p in later))
+                    outcome = await _run_one(name, step, ctx, guard, client, local, reserve, side_by_side)
                     results.update(outcome)
                     if on_result is not None:
                         on_result(name, outcome)
@@ -237,6 +255,12 @@ async def run_experiments(
             assert run_health.health is not None
             results.update(run_health.health.measurements(source))
             results.update(_run_summary(driver, source, run_health.health.window_s))
+            results.update(agreement.run_level(side_by_side, source))
+            run_notes = [*ctx.notes, *client.negotiated]
+            if run_notes:
+                results[Q.ACTIVE_NOTES] = Fact(
+                    "; ".join(run_notes), Provenance(method="active-probe/run", source=source)
+                )
             events_out.event(
                 "run-end",
                 sent=guard.sent,
@@ -249,12 +273,53 @@ async def run_experiments(
     finally:
         requests_out.close()
         events_out.close()
+        inputs_out.close()
     return results
 
 
+def _input_recorder(out: JsonlWriter, t0: float) -> Callable[[RequestSpec, str, bytes], None]:
+    """Writes each request body as it leaves (resends included) to inputs.jsonl: with the path
+    and the offset from the run's start, another client can send the same requests in the same
+    pattern. The API key travels in a header and is never written."""
+    sends: dict[str, int] = {}
+
+    def record(spec: RequestSpec, url: str, body: bytes) -> None:
+        sends[spec.request_id] = sends.get(spec.request_id, 0) + 1
+        out.write(
+            {
+                "request_id": spec.request_id,
+                "send": sends[spec.request_id],
+                "experiment": spec.experiment,
+                "phase": spec.phase,
+                "t_offset_s": round(time.perf_counter() - t0, 6),
+                "method": "POST",
+                "path": urlsplit(url).path,
+                "body": json.loads(body),
+            }
+        )
+
+    return record
+
+
 async def _run_one(
-    name: str, step: object, ctx: ExperimentContext, guard: BudgetGuard, client: StreamingClient, local: bool
+    name: str,
+    step: object,
+    ctx: ExperimentContext,
+    guard: BudgetGuard,
+    client: StreamingClient,
+    local: bool,
+    reserve: tuple[float, int] = (0.0, 0),
+    side_by_side: dict[str, list[agreement.SideBySide]] | None = None,
 ) -> dict[str, Result]:
+    """Run one experiment; once more if the client was starved during it and the budget has room.
+
+    `reserve` (seconds, requests) is what the experiments after this one were planned to use:
+    a repeat happens only where the budget covers it on top of that reserve, so a repeat never
+    starves a later experiment. A result still taken while the client was starved carries the
+    CLIENT_STARVED_WARNING, and the tree gives no verdict from it; so does one whose client timings
+    the engine's own histograms contradict where the client is the side not to believe
+    (experiments.agreement). The client-vs-server pairs go to `side_by_side[name]`.
+    """
     keys = EXPERIMENT_KEYS[name]
     reason = guard.exhausted()
     if reason:
@@ -265,27 +330,45 @@ async def _run_one(
             if not ctx.driver.server_gone
             else "check that the server is up (its log), then run again",
         )
-    now = time.perf_counter()
     cap = step.time_cap_s  # type: ignore[attr-defined]
-    deadline = min(guard.deadline, now + cap)
-    ctx.events.event("experiment-start", experiment=name, time_cap_s=round(deadline - now, 3))
-    async with HealthWindow(client.counters, local) as window:
-        try:
-            async with asyncio.timeout(deadline - now + GRACE_S):
-                outcome = await _RUNNERS[name](ctx, step, deadline)  # type: ignore[arg-type, operator]
-        except TimeoutError:
-            outcome = ExperimentOutcome(not_measured(keys, f"{name} did not finish within its {cap:.0f} s"))
-        except Exception as exc:  # noqa: BLE001 - one broken experiment must not lose the others
-            outcome = ExperimentOutcome(not_measured(keys, f"{name} failed: {type(exc).__name__}: {exc}"))
-        finally:
-            await ctx.driver.stop_all(f"{name}: experiment over")
-    assert window.health is not None
-    ctx.events.event("experiment-end", experiment=name, sent=guard.sent, health=window.health.describe())
+    for attempt in (1, 2):
+        outcome, health, server = await _attempt(name, step, ctx, guard, client, local)
+        starved = health.starved(outcome.starvation_scale_s)
+        room = guard.remaining_s >= cap + reserve[0] and guard.remaining_requests >= (
+            step.requests + reserve[1]  # type: ignore[attr-defined]
+        )
+        if not starved or attempt == 2 or not room or ctx.driver.server_gone:
+            break
+        dropped = ctx.driver.begin_attempt()
+        ctx.events.event("experiment-repeated", experiment=name, reason=starved, records_before=dropped)
+        ctx.notes.append(f"{name} was run again: the client was starved during its first attempt ({starved})")
     results = dict(outcome.results)
     if outcome.judge is not None:
-        results.update(outcome.judge(window.health))
-    out = with_warnings(results, window.health.warnings(outcome.median_gap_s))
-    stall = window.health.stall()
+        results.update(outcome.judge(health))
+    records = ctx.driver.records_of(name)
+    pairs, not_compared = agreement.compare(records, server)
+    if side_by_side is not None and pairs:
+        side_by_side[name] = pairs
+    if pairs or not_compared:
+        ctx.events.event(
+            "client-vs-server",
+            experiment=name,
+            compared=[p.describe() for p in pairs],
+            not_compared=not_compared,
+        )
+    distrust = agreement.disbelieved(pairs, starved, burst_warning(gaps_of(records)) is not None) or starved
+    warnings = health.warnings(outcome.median_gap_s)
+    if distrust:
+        warnings = (distrust, *warnings)
+        ctx.notes.append(
+            f"{name}: the client was starved of CPU "
+            + ("in both attempts" if attempt == 2 else "and the budget had no room to repeat it")
+            + ": its figures are kept but give no verdict"
+            if starved
+            else f"{name}: the engine's histograms contradict the client's timings: its figures give no verdict"
+        )
+    out = with_warnings(results, warnings)
+    stall = health.stall()
     if stall:  # a hole the client's own stall may explain says so
         out = {
             k: replace(v, reason=f"{v.reason}; {stall}", hint=v.hint or "run it again on a less busy host")
@@ -299,6 +382,33 @@ async def _run_one(
             for k, v in out.items()
         }
     return out
+
+
+async def _attempt(
+    name: str, step: object, ctx: ExperimentContext, guard: BudgetGuard, client: StreamingClient, local: bool
+) -> tuple[ExperimentOutcome, ClientHealth, ServerDelta]:
+    """One run of an experiment within its time cap, the client's health over it, and what the
+    engine's metrics say happened meanwhile (unavailable without a metrics URL)."""
+    keys = EXPERIMENT_KEYS[name]
+    now = time.perf_counter()
+    cap = step.time_cap_s  # type: ignore[attr-defined]
+    deadline = min(guard.deadline, now + cap)
+    ctx.events.event("experiment-start", experiment=name, time_cap_s=round(deadline - now, 3))
+    before = await ctx.scrape()  # the engine's histograms, for the client-vs-server comparison
+    async with HealthWindow(client.counters, local) as window:
+        try:
+            async with asyncio.timeout(deadline - now + GRACE_S):
+                outcome = await _RUNNERS[name](ctx, step, deadline)  # type: ignore[arg-type, operator]
+        except TimeoutError:
+            outcome = ExperimentOutcome(not_measured(keys, f"{name} did not finish within its {cap:.0f} s"))
+        except Exception as exc:  # noqa: BLE001 - one broken experiment must not lose the others
+            outcome = ExperimentOutcome(not_measured(keys, f"{name} failed: {type(exc).__name__}: {exc}"))
+        finally:
+            await ctx.driver.stop_all(f"{name}: experiment over")
+    assert window.health is not None
+    ctx.events.event("experiment-end", experiment=name, sent=guard.sent, health=window.health.describe())
+    after = await ctx.scrape() if before is not None else None
+    return outcome, window.health, ServerDelta(before, after)
 
 
 def _run_summary(driver: Driver, source: str, window_s: float) -> dict[str, Result]:

@@ -21,6 +21,7 @@ from llm_diagnose.probes.load.prompts import PromptMaker
 from llm_diagnose.probes.load.records import Endpoint, JsonlWriter, RequestRecord
 from llm_diagnose.probes.load.runner import Driver
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, Summary
+from llm_diagnose.probes.stats import StatisticSpec, bootstrap_comparison
 
 __all__ = [
     "MetricsReader",
@@ -90,6 +91,13 @@ class ExperimentOutcome:
     median_gap_s: float | None = None
     notes: tuple[str, ...] = ()
     judge: Callable[[ClientHealth], dict[str, Result]] | None = None
+    # The smallest time the verdict rests on (a token gap, a probe's latency, a prefill's stall):
+    # client lag is "starvation" against it (ClientHealth.starved). None: the median gap.
+    verdict_scale_s: float | None = None
+
+    @property
+    def starvation_scale_s(self) -> float | None:
+        return self.verdict_scale_s if self.verdict_scale_s is not None else self.median_gap_s
 
 
 SETTLE_PAUSE_S = 0.05
@@ -233,6 +241,27 @@ def median_or_none(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+# The vectorised forms of the statistics experiments pass (a per-resample Python call is ~14x slower).
+_VECTORISED: dict[Callable[..., float], StatisticSpec] = {
+    statistics.median: "median",
+    statistics.fmean: "mean",
+    statistics.mean: "mean",
+}
+
+
+def _vectorised(statistic: Callable[[Sequence[float]], float]) -> StatisticSpec:
+    """The statistic as llm_diagnose.probes.stats takes it: by name, else applied row by row."""
+    if statistic in _VECTORISED:
+        return _VECTORISED[statistic]
+
+    def per_row(values, axis=None):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return statistic(values) if axis is None else np.apply_along_axis(statistic, axis, values)
+
+    return per_row
+
+
 def ratio_with_bootstrap_ci(
     numerator: Sequence[float],
     denominator: Sequence[float],
@@ -245,26 +274,19 @@ def ratio_with_bootstrap_ci(
     """statistic(numerator) / statistic(denominator), with a bootstrap CI resampling both sides.
 
     The Summary's samples are numerator / statistic(denominator) (the spread a reader sees);
-    its ci_low/ci_high are replaced by the percentile-bootstrap interval of the ratio, which
-    also carries the uncertainty of the denominator.
+    its ci_low/ci_high are replaced by the percentile-bootstrap interval of the ratio
+    (llm_diagnose.probes.stats.bootstrap_comparison), which also carries the uncertainty of
+    the denominator.
     """
     base = statistic(denominator)
     if base <= 0:
         raise ValueError("the denominator's statistic must be positive")
     value = statistic(numerator) / base
-    rng = random.Random(seed)
-    n_num, n_den = len(numerator), len(denominator)
-    ratios = []
-    for _ in range(reps):
-        num = statistic([numerator[rng.randrange(n_num)] for _ in range(n_num)])
-        den = statistic([denominator[rng.randrange(n_den)] for _ in range(n_den)])
-        if den > 0:
-            ratios.append(num / den)
-    ratios.sort()
-    lo = ratios[int(math.floor((1 - level) / 2 * (len(ratios) - 1)))]
-    hi = ratios[int(math.ceil((1 + level) / 2 * (len(ratios) - 1)))]
+    interval = bootstrap_comparison(
+        denominator, numerator, _vectorised(statistic), compare="ratio", resamples=reps, level=level, seed=seed
+    )
     summary = Summary.from_samples([x / base for x in numerator])
-    return value, replace(summary, ci_low=lo, ci_high=hi, ci_level=level)
+    return value, replace(summary, ci_low=interval.low, ci_high=interval.high, ci_level=level)
 
 
 def not_measured(keys: Iterable[str], reason: str, hint: str = "") -> dict[str, Result]:

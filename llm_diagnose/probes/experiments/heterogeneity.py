@@ -1,7 +1,7 @@
 """Output-length heterogeneity under concurrency (Q3): do short requests wait for long ones?
 
 Each round starts `peers` requests, then (a moment later, so the peers are admitted first)
-one short probe request. Control rounds give the peers the probe's own short length; test
+one short probe request. A warm-up round of each kind comes first and is not analysed. Control rounds give the peers the probe's own short length; test
 rounds give them a long one. Control and test rounds alternate, so drift hits both alike.
 
 slowdown = median probe latency beside long peers / median beside short peers, at the same
@@ -62,12 +62,13 @@ async def run_heterogeneity(ctx: ExperimentContext, plan: HeterogeneityPlan, dea
         ):
             break
     # Each round gets an equal share of the time left, so a slow server still runs both kinds.
-    rounds = [(phase, i) for i in range(plan.rounds) for phase in ("short-peers", "long-peers")]
+    warmup = [(f"warmup-{phase}", i) for i in range(plan.warmup_rounds) for phase in ("short-peers", "long-peers")]
+    rounds = warmup + [(phase, i) for i in range(plan.rounds) for phase in ("short-peers", "long-peers")]
     for k, (phase, i) in enumerate(rounds):
         now = time.perf_counter()
         if now >= deadline or driver.guard.exhausted():
             break
-        peer_tokens = plan.short_tokens if phase == "short-peers" else plan.long_tokens
+        peer_tokens = plan.short_tokens if phase.endswith("short-peers") else plan.long_tokens
         tasks = [driver.start(spec(f"{phase}-{i}-peer-{j}", phase, "peer", peer_tokens)) for j in range(plan.peers)]
         tasks.append(
             driver.start(spec(f"{phase}-{i}-probe", phase, "probe", plan.short_tokens), at=now + PROBE_DELAY_S)
@@ -151,4 +152,6 @@ def analyse_heterogeneity(
             "for the long ones (static batching)"
         ),
     )
-    return ExperimentOutcome(results)
+    # The shortest interval this verdict rests on is a probe's whole latency beside short peers:
+    # the client's lag is judged against it (ClientHealth.starved).
+    return ExperimentOutcome(results, verdict_scale_s=statistics.median(control))

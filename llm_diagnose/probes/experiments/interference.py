@@ -82,7 +82,7 @@ async def run_interference(ctx: ExperimentContext, plan: InterferencePlan, deadl
         """Send injection k; its prefill time (send to first token) if it completed cleanly."""
         n_tokens = plan.prompt_tokens[k % len(plan.prompt_tokens)]
         spec = RequestSpec(
-            f"interference-inject-{k}",
+            driver.attempt_id(f"interference-inject-{k}"),  # the id the events must carry
             ctx.prompts.body(n_tokens, ctx.rng, ctx.endpoint),
             1,
             ctx.endpoint,
@@ -273,4 +273,11 @@ def analyse_interference(
                 "needs stalls at two prompt lengths" + ("" if len(by_length) >= 2 else " (only one length completed)"),
             )
         )
-    return ExperimentOutcome(results, median_gap_s=statistics.median(baseline) or base_mean)
+    # The verdict rests on the stalls (a prefill's worth of time), not on one baseline gap: a
+    # client lag that is a good share of a gap hardly moves a ratio of means over hundreds of them.
+    stall_scale = statistics.median(s for v in stalls.values() for s in v)
+    return ExperimentOutcome(
+        results,
+        median_gap_s=statistics.median(baseline) or base_mean,
+        verdict_scale_s=stall_scale if stall_scale > 0 else None,
+    )

@@ -107,22 +107,27 @@ class HeterogeneityPlan:
     """A short probe request beside short peers, then beside long ones (Q3)."""
 
     peers: int = 3
-    rounds: int = 3  # of each kind, interleaved
+    rounds: int = 4  # of each kind, interleaved: an interval needs evidence.min_live_samples (3) a side
     alone_rounds: int = 2
     prompt_tokens: int = 32
     short_tokens: int = 16
     long_tokens: int = 384
-    time_cap_s: float = 12.0
+    time_cap_s: float = 15.0
+    # One round of each kind first, not analysed: a server's first requests are slow (transformers
+    # serve took 0.37 s for 4 tokens, then 0.04 s), and with a few rounds one slow control decides
+    # the interval.
+    warmup_rounds: int = 1
 
     @property
     def requests(self) -> int:
-        return self.alone_rounds + 2 * self.rounds * (self.peers + 1)
+        return self.alone_rounds + 2 * (self.warmup_rounds + self.rounds) * (self.peers + 1)
 
     def describe(self) -> str:
         return (
             f"a {self.short_tokens}-token probe alone ({self.alone_rounds}x), then rounds beside "
             f"{self.peers} peers of {self.short_tokens} tokens and beside {self.peers} of {self.long_tokens} "
-            f"tokens, {self.rounds}x each, alternating ({self.prompt_tokens}-token prompts)"
+            f"tokens, {self.rounds}x each after {self.warmup_rounds} warm-up round(s) of each, alternating "
+            f"({self.prompt_tokens}-token prompts)"
         )
 
 

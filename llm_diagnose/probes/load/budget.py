@@ -105,9 +105,8 @@ class BudgetGuard:
                 while (wait := target - self._clock()) > 0:
                     await asyncio.sleep(wait)
                 self._last_start = self._clock()
-        if self._stopped:
-            return False  # stopped while waiting: the slot stays spent, nothing is sent
-        return True
+        # Stopped while waiting: the slot stays spent, nothing is sent.
+        return not self._stopped
 
     def describe(self) -> str:
         used = self._clock() - self.started

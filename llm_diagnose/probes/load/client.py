@@ -160,6 +160,8 @@ class StreamingClient:
         self.timeouts = timeouts
         self.on_record = on_record
         self.on_send = on_send
+        # on_body(spec, url, body): each request body as it leaves, every attempt (inputs.jsonl)
+        self.on_body: Callable[[RequestSpec, str, bytes], None] | None = None
         self.keep_text = keep_text  # benchmarks only: the text is never written to requests.jsonl
         self._api_key = api_key
         self._secret: str | None = None  # the key itself, only to scrub it from text a server sends back
@@ -336,6 +338,8 @@ class StreamingClient:
         state, whether it was cancelled)."""
         self.attempts += 1
         body = json.dumps(spec.payload(self.model, drop=self.unsupported), separators=(",", ":")).encode()
+        if self.on_body is not None:
+            self.on_body(spec, url, body)
         timeout = self._timeout_until(deadline)
         stream = _Stream(spec.endpoint == "chat", spec.continuous_usage, self.keep_text)
         clock = time.perf_counter
@@ -343,11 +347,13 @@ class StreamingClient:
         handling = 0.0
         started = cancelled = False
         task = asyncio.current_task()
+        if task is None:  # asyncio runs every coroutine in a task; the idle watchdog cancels that task
+            raise RuntimeError("a request must be sent from inside an asyncio task")
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().create_task(self._watch_idle())
         t_wall = time.time()
         t0 = stream.last_read = clock()
-        self._streams[task] = stream  # type: ignore[index]
+        self._streams[task] = stream
         if self.on_send is not None:
             self.on_send(spec, t0)
         try:
@@ -383,7 +389,7 @@ class StreamingClient:
                         stream.check_complete()
         except asyncio.CancelledError as exc:
             if stream.idle_expired and exc.args and exc.args[0] == _IDLE_CANCEL:
-                task.uncancel()  # type: ignore[union-attr]  # our own timeout, not a cancellation of the caller
+                task.uncancel()  # our own timeout, not a cancellation of the caller
                 where = "between two events" if stream.times else "before the first token"
                 stream.fail(
                     FaultKind.TIMEOUT_IDLE,
@@ -408,7 +414,7 @@ class StreamingClient:
                 )
             stream.fail(kind, detail)
         finally:
-            self._streams.pop(task, None)  # type: ignore[arg-type]
+            self._streams.pop(task, None)
         t_end = clock() - t0
         usage = stream.usage or {}
         details = usage.get("prompt_tokens_details") or {}

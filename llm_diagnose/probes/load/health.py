@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from llm_diagnose.probes.quantities import CLIENT_STARVED_WARNING
 from llm_diagnose.probes.results import Measurement, Provenance, percentile
 
 __all__ = [
@@ -120,6 +121,30 @@ class ClientHealth:
                 "a core (run the client on another host to separate them)"
             )
         return tuple(out)
+
+    def starved(self, median_gap_s: float | None = None) -> str | None:
+        """Why this window's client timings cannot carry a verdict (None when they can).
+
+        The client was starved when its event loop stalled (STALL_S: it did not run at all, and
+        timed phases ran late), or its lag p99 reached LAG_FRACTION_OF_GAP of the shortest
+        interval the experiment measures (`median_gap_s`: a token gap or a probe's latency), or
+        LAG_ABSOLUTE_S when none is known: a timestamp late by that much moves the figure itself. Seen here: p99 444 ms beside ~80 ms probes on a loaded 2-core host made a
+        continuously batching vLLM read as "short requests wait for long ones".
+        """
+        lag = self.loop_lag_p99_s
+        scale = median_gap_s if median_gap_s and median_gap_s > 0 else None
+        if self.loop_lag_max_s >= STALL_S:  # one stall is one wake-up: the p99 does not see it
+            why = f"its event loop stalled for up to {self.loop_lag_max_s:.1f} s"
+        elif scale is not None and lag >= LAG_FRACTION_OF_GAP * scale:
+            why = f"event-loop lag p99 {lag * 1e3:.1f} ms is {lag / scale:.0%} of the {scale * 1e3:.1f} ms it timed"
+        elif scale is None and lag >= LAG_ABSOLUTE_S:
+            why = f"event-loop lag p99 {lag * 1e3:.1f} ms"
+        else:
+            return None
+        return (
+            f"{CLIENT_STARVED_WARNING} {why} ({self.client_cpu_cores:.2f} client cores{self._host_busy_text()}): "
+            "its timestamps say when it got the CPU, not when the server answered"
+        )
 
     def stall(self) -> str | None:
         """Why a timed experiment may have found too little to measure: the client itself stalled."""

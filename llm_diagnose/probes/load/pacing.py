@@ -10,7 +10,6 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
 
 __all__ = [
     "PoissonArrivals",
@@ -70,7 +69,7 @@ class ClosedLoop:
             raise ValueError("concurrency must be at least 1")
 
 
-Pacing = Union[PoissonArrivals, ConstantArrivals, TraceArrivals, ClosedLoop]
+Pacing = PoissonArrivals | ConstantArrivals | TraceArrivals | ClosedLoop
 
 
 def arrival_offsets(pacing: Pacing, n: int) -> tuple[float, ...]:

@@ -21,6 +21,9 @@ from typing import IO, Literal
 
 from llm_diagnose.probes.load.faults import SERVER_FAULTS, FaultKind
 from llm_diagnose.probes.runfiles import open_append
+from llm_diagnose.probes.runfolder_names import EVENTS as EVENTS_FILE
+from llm_diagnose.probes.runfolder_names import INPUTS as INPUTS_FILE
+from llm_diagnose.probes.runfolder_names import REQUESTS as REQUESTS_FILE
 
 __all__ = [
     "Endpoint",
@@ -30,12 +33,13 @@ __all__ = [
     "RequestRecord",
     "JsonlWriter",
     "read_records",
+    "parse_record_line",
+    "RecordSchemaError",
     "REQUESTS_FILE",
     "EVENTS_FILE",
+    "INPUTS_FILE",
 ]
 
-REQUESTS_FILE = "requests.jsonl"
-EVENTS_FILE = "events.jsonl"
 Endpoint = Literal["completions", "chat"]
 ENDPOINT_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 # Fields beyond the OpenAI API that a server may reject by name (transformers serve: HTTP 422
@@ -248,14 +252,48 @@ class JsonlWriter:
         self.close()
 
 
+class RecordSchemaError(ValueError):
+    """A line of requests.jsonl that is JSON but not a request record this version reads
+    (a missing field, a value of another type, an unknown fault kind): written by another
+    version of the tool, or by another tool. Readers refuse the file rather than skip it."""
+
+
+def parse_record_line(line: str) -> RequestRecord | None:
+    """One line of requests.jsonl -> its record; None for a line that is not a JSON object
+    (cut short by a kill mid-write, spoilt by bytes that are not UTF-8, nested too deeply).
+
+    Raises RecordSchemaError for a JSON object that is not a record: unlike a damaged line,
+    that is a file of another schema, and skipping it would quietly empty what is read.
+    """
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):  # ValueError covers JSONDecodeError
+        return None
+    if not isinstance(obj, dict):
+        return None
+    try:
+        return RequestRecord.from_dict(obj)
+    except KeyError as exc:
+        raise RecordSchemaError(f"no field {exc.args[0]!r}") from None
+    except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise RecordSchemaError(f"{type(exc).__name__}: {exc}") from None
+
+
 def read_records(path: str | Path) -> Iterator[RequestRecord]:
-    """Records back from a requests.jsonl (or a run folder); a truncated last line is skipped."""
+    """Records back from a requests.jsonl (or a run folder), skipping every line that is not one.
+
+    Lenient, for the probes' own files and their tests; a report or gate reads a run folder
+    through `llm_diagnose.diagnose.runfolder.RunFolder`, which counts skipped lines and refuses
+    lines of another schema.
+    """
     p = Path(path)
     if p.is_dir():
         p = p / REQUESTS_FILE
     with open(p, encoding="utf-8", errors="replace") as fh:  # a stray byte spoils its line, not the file
         for line in fh:
             try:
-                yield RequestRecord.from_dict(json.loads(line))
-            except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
-                continue  # a line cut by a kill mid-write, or not a record
+                record = parse_record_line(line)
+            except RecordSchemaError:
+                continue
+            if record is not None:
+                yield record

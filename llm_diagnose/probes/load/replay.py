@@ -109,8 +109,8 @@ def trace_workload(
             RequestSpec(f"{name}-{i}", prompt, n_out, ep, experiment, "replay", tag, planned_prompt_tokens=n_in)
         )
     if pacing is None:
-        times = [r.timestamp_s for r in trace]
-        if any(t is None for t in times):
+        times = [r.timestamp_s for r in trace if r.timestamp_s is not None]
+        if len(times) < len(trace):
             raise ValueError("the trace has no arrival times: give a rate or a concurrency to replay it")
-        pacing = TraceArrivals(tuple(times), speedup)  # type: ignore[arg-type]
+        pacing = TraceArrivals(tuple(times), speedup)
     return Workload(name, tuple(specs), pacing, f"replay of {len(specs)} trace requests")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from llm_diagnose.probes.load.budget import BudgetGuard
 from llm_diagnose.probes.load.client import StreamingClient
@@ -36,6 +37,8 @@ class Driver:
         self.guard = guard
         self.requests_out = requests_out
         self.records: list[RequestRecord] = []
+        self._attempt_start = 0  # records before this index belong to an abandoned attempt
+        self.attempt = 1
         self.not_sent = 0
         self.server_gone: str | None = None
         self._streak = 0
@@ -94,6 +97,8 @@ class Driver:
         if not await self.guard.admit():
             self.not_sent += 1
             return None
+        if self.attempt > 1:
+            spec = replace(spec, request_id=self.attempt_id(spec.request_id))
         if on_sent is None:
             return await self.client.send(spec, deadline=self.guard.deadline)
         self._on_sent[spec.request_id] = on_sent
@@ -120,9 +125,26 @@ class Driver:
         results = await asyncio.gather(*tasks, return_exceptions=True)
         return [r for r in results if isinstance(r, RequestRecord)]
 
+    def begin_attempt(self) -> int:
+        """Start a fresh attempt: `records_of` forgets what came before (an experiment repeated
+        because its first try ran while the client was starved). Returns how many records the
+        earlier attempts left behind; they stay in `records` and in requests.jsonl."""
+        self._attempt_start = len(self.records)
+        self.attempt += 1
+        return self._attempt_start
+
+    def attempt_id(self, request_id: str) -> str:
+        """The id a request goes out under: unique across attempts (`-try2` on a repeat's)."""
+        suffix = f"-try{self.attempt}"
+        return request_id if self.attempt == 1 or request_id.endswith(suffix) else request_id + suffix
+
     def records_of(self, experiment: str, phase: str | None = None) -> list[RequestRecord]:
-        """Every record of an experiment (or one phase of it), cancelled ones included."""
-        return [r for r in self.records if r.experiment == experiment and (phase is None or r.phase == phase)]
+        """Every record of an experiment (or one phase of it) in the current attempt, cancelled ones included."""
+        return [
+            r
+            for r in self.records[self._attempt_start :]
+            if r.experiment == experiment and (phase is None or r.phase == phase)
+        ]
 
     # --- whole workloads ----------------------------------------------------------------------
     async def run(self, workload: Workload, *, until: float | None = None) -> list[RequestRecord]:

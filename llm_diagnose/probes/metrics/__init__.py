@@ -9,9 +9,10 @@ for each concept -> `passive` produces the evidence keys of llm_diagnose.probes.
 from llm_diagnose.probes.metrics.engines import ENGINE_METRICS, EngineGuess, Sel, detect_engine
 from llm_diagnose.probes.metrics.exposition import HistogramSeries, Scrape, Series, parse_exposition
 from llm_diagnose.probes.metrics.histogram import QuantileEstimate, histogram_quantile, summary_from_buckets
-from llm_diagnose.probes.metrics.passive import PASSIVE_KEYS, passive_evidence, spearman
+from llm_diagnose.probes.metrics.passive import PASSIVE_KEYS, passive_evidence
 from llm_diagnose.probes.metrics.scraper import Scraper, scrape_once, scrape_window
 from llm_diagnose.probes.metrics.window import METRICS_FILE, CounterIncrease, HistogramIncrease, ScrapeRecord, Window
+from llm_diagnose.probes.stats import spearman
 
 __all__ = [
     "ENGINE_METRICS",

@@ -14,7 +14,7 @@ that is the one that preempts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 from llm_diagnose.probes.metrics.exposition import Scrape
 
@@ -96,7 +96,7 @@ class HitPair:
         return (self.hits,) + tuple(p for p in (self.queries, self.misses) if p is not None)
 
 
-Candidate = Union[Sel, Ratio, Product, HitPair]
+Candidate = Sel | Ratio | Product | HitPair
 
 
 def selector_parts(candidate: Candidate) -> tuple[Sel, ...]:
@@ -270,7 +270,8 @@ ENGINE_METRICS: dict[str, dict[str, tuple[Candidate, ...]]] = {
             Sel("nv_trt_llm_kv_cache_block_metrics", (("kv_cache_block_type", "tokens_per"),)),
         ),
     },
-    "pytorch": {  # llm-diagnose's in-process probe (llm_diagnose.probes.torch_probe): transformers serve, PyTorch servers
+    # llm-diagnose's in-process probe (llm_diagnose.probes.torch_probe): transformers serve, PyTorch servers
+    "pytorch": {
         "running": (Sel("llmd_torch:running_requests"),),
         "waiting": (Sel("llmd_torch:waiting_requests"),),
         "kv_usage": (Sel("llmd_torch:kv_usage_fraction"),),

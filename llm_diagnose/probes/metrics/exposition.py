@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -290,13 +291,15 @@ def reference_samples(text: str, source: str = "/metrics", max_series: int | Non
     """
     lines = _NumberedLines(text)
     out: list[RawSample] = []
-    limit = max_series if max_series is not None else math.inf
+    limit = max_series if max_series is not None else sys.maxsize  # sys.maxsize: no limit
     try:
+        # The parser only iterates over its argument: the stubs ask for a TextIO, lines suffice.
         for family in text_fd_to_metric_families(lines):  # type: ignore[arg-type]
             for s in family.samples:
-                out.append((s.name, tuple(s.labels.items()), _as_float(s.value), s.timestamp, family.type))
+                ts = None if s.timestamp is None else float(s.timestamp)  # a float here; Sample also admits a Timestamp
+                out.append((s.name, tuple(s.labels.items()), _as_float(s.value), ts, family.type))
                 if len(out) > limit:
-                    raise _too_many_series(source, max_series)  # type: ignore[arg-type]
+                    raise _too_many_series(source, limit)
     except (ValueError, OverflowError) as exc:
         line = lines.current().strip()
         shown = line if len(line) <= 160 else line[:157] + "..."
@@ -424,6 +427,7 @@ def _sample_line(line: str) -> tuple[str, _LabelInfo, float, float | None]:
     The value (a float) holds no brace, so the last "}" closes the label block.
     """
     cache, names = _label_cache, _name_cache
+    known: tuple[str, _LabelInfo] | None
     brace = line.find("{")
     if brace < 0:
         s_name, _, tail = line.partition(" ")
@@ -479,9 +483,10 @@ def _fast_runs(text: str, source: str, max_series: int | None) -> list[_Run]:
     """
     runs: list[_Run] = []
     family: list[tuple[str, _LabelInfo, float, float | None]] = []
+    allowed: tuple[str, ...]  # the sample names the current family takes
     name, typ, allowed = "", "untyped", ()
     cache, names = _label_cache, _name_cache
-    limit = max_series if max_series is not None else math.inf
+    limit = max_series if max_series is not None else sys.maxsize  # sys.maxsize: no limit
     count = 0
 
     def flush() -> None:
@@ -506,10 +511,10 @@ def _fast_runs(text: str, source: str, max_series: int | None) -> list[_Run]:
                 rest = rest.lstrip(_WS)
             else:
                 if '"' in line:
-                    head = _WS_SPLIT.split(line, 2)
-                    if '"' in head[0] or (len(head) > 1 and '"' in head[1]):
+                    tokens = _WS_SPLIT.split(line, 2)
+                    if '"' in tokens[0] or (len(tokens) > 1 and '"' in tokens[1]):
                         raise NotFastPath  # a quote in the first two tokens changes the tokenizing
-                    if len(head) > 1 and head[1] in ("HELP", "TYPE"):
+                    if len(tokens) > 1 and tokens[1] in ("HELP", "TYPE"):
                         raise NotFastPath  # a quoted (UTF-8) metric name
                     continue  # an ordinary comment with a quote in its text
                 parts = _WS_SPLIT.split(line, 3)
@@ -555,7 +560,7 @@ def _fast_runs(text: str, source: str, max_series: int | None) -> list[_Run]:
             s_name, info, value, ts = _sample_line(line)
         count += 1
         if count > limit:
-            raise _too_many_series(source, max_series)  # type: ignore[arg-type]
+            raise _too_many_series(source, limit)
         if s_name in allowed:
             family.append((s_name, info, value, ts))
         else:
@@ -645,7 +650,9 @@ def scrape_from_samples(
     Raises:
         MalformedMetrics: a histogram bucket has no usable `le` label.
     """
-    items = [(name, _label_info(tuple(labels)), value, None) for name, labels, value in samples]
+    items: list[tuple[str, _LabelInfo, float, float | None]] = [
+        (name, _label_info(tuple(labels)), value, None) for name, labels, value in samples
+    ]
     return _build([("", items)], types or {}, source)
 
 
@@ -663,18 +670,18 @@ def _build(runs: Iterable[_Run], types: Mapping[str, str], source: str) -> Scrap
     # Histogram buckets as they come: name -> [(labels without le, le, edge, count or None when bad)].
     buckets: dict[str, list[tuple[Labels, str | None, float | None, float | None]]] = defaultdict(list)
     prev = None
-    by_labels: dict[Labels, float] = {}
-    hist_parts: list[tuple[Labels, str | None, float | None]] | None = None
+    by_labels: dict[Labels, float] | None = {}  # None: the run's name ends in _created
+    hist_parts: list[tuple[Labels, str | None, float | None, float | None]] | None = None
     for ftype, items in runs:
         for name, info, value, _ in items:
             if name is not prev:  # what depends on the name alone, once per run of equal names
                 prev = name
                 if name.endswith("_created"):
-                    by_labels = None  # type: ignore[assignment]
+                    by_labels = None
                 else:
                     if name not in types and ftype:
                         types[name] = ftype
-                    by_labels = raw.get(name)  # type: ignore[assignment]
+                    by_labels = raw.get(name)
                     if by_labels is None:
                         raw[name] = by_labels = {}
                     hist_parts = buckets[name[: -len("_bucket")]] if name.endswith("_bucket") else None

@@ -150,8 +150,8 @@ def summary_from_buckets(buckets: Buckets, total_sum: float | None = None) -> Su
     confidence interval uses the same order-statistic ranks as `Summary.from_samples`.
     """
     b = _monotonic(buckets)
-    quantiles = {q: histogram_quantile(q, b) for q in (0.05, 0.5, 0.95, 0.99)}
-    if any(v is None for v in quantiles.values()):
+    p05, p50, p95, p99 = (histogram_quantile(q, b) for q in (0.05, 0.5, 0.95, 0.99))
+    if p05 is None or p50 is None or p95 is None or p99 is None:
         return None
     total = b[-1][1]
     n = max(1, int(round(total)))
@@ -172,13 +172,13 @@ def summary_from_buckets(buckets: Buckets, total_sum: float | None = None) -> Su
     return Summary(
         n=n,
         mean=mean,
-        median=quantiles[0.5].value,
+        median=p50.value,
         stdev=sd,
         min=lo_edge,
         max=hi_edge,
-        p05=quantiles[0.05].value,
-        p95=quantiles[0.95].value,
-        p99=quantiles[0.99].value,
+        p05=p05.value,
+        p95=p95.value,
+        p99=p99.value,
         ci_low=ci_lo.value,
         ci_high=ci_hi.value,
     )
@@ -192,7 +192,7 @@ def merge_buckets(parts: Sequence[Buckets]) -> tuple[tuple[float, float], ...]:
     """
     if not parts:
         return ()
-    common = set.intersection(*(set(edge for edge, _ in p) for p in parts))
+    common = set.intersection(*({edge for edge, _ in p} for p in parts))
     out = []
     for edge in sorted(common):
         out.append((edge, math.fsum(dict(p)[edge] for p in parts)))

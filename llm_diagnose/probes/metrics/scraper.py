@@ -70,13 +70,14 @@ async def scrape_once(
         err.url = exc.url
         return ScrapeRecord(t_wall, t0, None, str(err), clock() - t0), None, err
     except HTTPStatusError as exc:
+        failed: ProbeHTTPError = exc
         if exc.status == 404:
-            exc = MetricsUnavailable(
+            failed = MetricsUnavailable(
                 f"{redact_url(metrics_url)} answered HTTP 404: the server exposes no "
                 f"Prometheus metrics there ({metrics_hint_for(None)})",
                 metrics_url,
             )
-        return ScrapeRecord(t_wall, t0, None, str(exc), clock() - t0), None, exc
+        return ScrapeRecord(t_wall, t0, None, str(failed), clock() - t0), None, failed
     except ProbeHTTPError as exc:
         return ScrapeRecord(t_wall, t0, None, str(exc), clock() - t0), None, exc
     # Timestamp a page at the middle of its request: the engine rendered it somewhere in there.
@@ -172,9 +173,10 @@ class Scraper:
         own_session = session is None
         session = session or make_session()
         fh = None
-        if self.run_dir is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            fh = open_append(self.metrics_path)  # type: ignore[arg-type]  # never through a link
+        path = self.metrics_path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fh = open_append(path)  # never through a link
         try:
             await self._loop(session, duration_s, fh, stop)
         finally:
@@ -203,8 +205,8 @@ class Scraper:
             # Stopping takes one last scrape, so the window covers everything up to now.
             stopping = stop is not None and stop.is_set()
             record, text, error = await scrape_once(session, self.metrics_url, clock=self._clock, wall=self._wall)
-            if not self.records and error is None:
-                guess = detect_engine(record.scrape)  # type: ignore[arg-type]
+            if not self.records and record.scrape is not None:  # the first page, parsed
+                guess = detect_engine(record.scrape)
                 if guess.engine is None:
                     error = MetricsUnavailable(
                         f"{self.source} serves no vllm:/sglang:/trtllm engine metrics ({metrics_hint_for(None)})",

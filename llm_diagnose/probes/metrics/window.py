@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from llm_diagnose.probes.http import MalformedMetrics
 from llm_diagnose.probes.metrics.engines import Candidate, Product, Ratio, Sel, selector_parts
@@ -41,6 +42,7 @@ from llm_diagnose.probes.metrics.exposition import (
     parse_exposition,
 )
 from llm_diagnose.probes.metrics.histogram import merge_buckets
+from llm_diagnose.probes.runfolder_names import METRICS as METRICS_FILE
 
 __all__ = [
     "ScrapeRecord",
@@ -55,8 +57,6 @@ __all__ = [
 
 # Why a gauge reading was left out (the parse-level reasons are exposition.BAD_*).
 BAD_NEGATIVE_READING = "negative reading of a quantity that cannot be negative"
-
-METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass(frozen=True)
@@ -144,12 +144,15 @@ def _counter_step(
     return cur - prev, False
 
 
+_Reading = TypeVar("_Reading")  # one series' reading on a page: a counter's value, a histogram
+
+
 def _series_steps(
     records: Sequence[ScrapeRecord],
-    read: Callable[[Scrape], tuple[Mapping[Labels, object], list[Labels]]],
+    read: Callable[[Scrape], tuple[Mapping[Labels, _Reading], list[Labels]]],
     created: Callable[[Scrape, Labels], float | None],
-    step: Callable,
-) -> tuple[list[tuple[float, float, list[tuple[Labels, object, bool]]]], int]:
+    step: Callable[[_Reading | None, _Reading, float | None, float | None], tuple[_Reading, bool]],
+) -> tuple[list[tuple[float, float, list[tuple[Labels, _Reading, bool]]]], int]:
     """Per interval between consecutive good pages: (t_start, t_end, [(labels, increase, reset)]);
     and how many bad readings were left out.
 
@@ -162,7 +165,7 @@ def _series_steps(
     first = records[0].scrape
     assert first is not None
     good, bad = read(first)
-    state: dict[Labels, tuple[object, float | None] | None] = {
+    state: dict[Labels, tuple[_Reading, float | None] | None] = {
         labels: (v, created(first, labels)) for labels, v in good.items()
     }
     for labels in bad:
@@ -173,8 +176,8 @@ def _series_steps(
         assert b.scrape is not None
         good, bad = read(b.scrape)
         excluded += len(bad)
-        new: dict[Labels, tuple[object, float | None] | None] = {}
-        incs = []
+        new: dict[Labels, tuple[_Reading, float | None] | None] = {}
+        incs: list[tuple[Labels, _Reading, bool]] = []
         for labels, value in good.items():
             cur_created = created(b.scrape, labels)
             new[labels] = (value, cur_created)
@@ -224,12 +227,6 @@ class Window:
         t = ok[-1].t_wall if ok else 0.0
         return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
 
-    @property
-    def started_at(self) -> str:
-        ok = self.ok_records or self.records
-        t = ok[0].t_wall if ok else 0.0
-        return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
-
     def first_scrape(self) -> Scrape | None:
         ok = self.ok_records
         return ok[0].scrape if ok else None
@@ -251,7 +248,7 @@ class Window:
 
     def bad_samples(self) -> tuple[tuple[float, BadSample], ...]:
         """Every sample the pages of the window left out, with the page's time (t_mono)."""
-        return tuple((r.t_mono, b) for r in self.ok_records for b in r.scrape.bad)  # type: ignore[union-attr]
+        return tuple((r.t_mono, b) for r in self.records if r.scrape is not None for b in r.scrape.bad)
 
     def describe_bad_samples(self, limit: int = 4) -> str:
         """One line: the bad samples by name and reason, most frequent first ("" when none)."""

@@ -79,14 +79,6 @@ class ModelCosts:
             self._linear_flops(batch * prompt_len, batch) + self._attention_flops(pairs),
         )
 
-    def mixed_step(self, decodes: int, context: int, chunk: int) -> StepCost:
-        """`decodes` decode tokens and a prefill chunk of `chunk` tokens in one step (packed)."""
-        kv = (decodes * (context + 1) + chunk) * self.kv_bytes_per_token
-        pairs = decodes * (context + 1) + chunk * (chunk + 1) / 2
-        return StepCost(
-            self.weight_bytes + kv, self._linear_flops(decodes + chunk, decodes + 1) + self._attention_flops(pairs)
-        )
-
     @classmethod
     def from_model(cls, model: Any) -> ModelCosts:
         """From a loaded transformers causal LM: linear layers counted from its modules."""
@@ -124,11 +116,6 @@ class Ceilings:
     memcpy_bytes_per_s: float
     matmul_flops_per_s: float
     source: str = "measured"
-
-    @property
-    def ridge_intensity(self) -> float:
-        """FLOPs per byte at which a step turns from memory- to compute-bound."""
-        return self.matmul_flops_per_s / self.memcpy_bytes_per_s
 
 
 @dataclass(frozen=True)

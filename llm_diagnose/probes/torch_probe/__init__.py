@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from llm_diagnose.probes.torch_probe.metrics import METRICS, PREFIX, markdown_table
+from llm_diagnose.probes.torch_probe.metrics import METRICS, PREFIX
 from llm_diagnose.probes.torch_probe.recorder import TorchProbe, classify_step
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "get_probe",
     "METRICS",
     "PREFIX",
-    "markdown_table",
     "classify_step",
 ]
 

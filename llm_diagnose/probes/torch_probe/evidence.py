@@ -24,18 +24,13 @@ from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.metrics.engines import Sel
 from llm_diagnose.probes.metrics.histogram import bucket_mean_stdev, histogram_quantile, summary_from_buckets
 from llm_diagnose.probes.metrics.window import HistogramIncrease, Window, label_values
-from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Provenance, Result
+from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Provenance, Result, Summary
 from llm_diagnose.probes.torch_probe import metrics as M
 
-__all__ = ["evidence_from_window", "is_torch_probe_page"]
+__all__ = ["evidence_from_window"]
 
 _METHOD = "torch-probe-scrape"
 _HINT = "run the server under `llm-diagnose instrument -- ...` and send it traffic during the window"
-
-
-def is_torch_probe_page(window: Window) -> bool:
-    last = window.last_scrape()
-    return last is not None and last.has(M.PROBE_INFO)
 
 
 def evidence_from_window(window: Window) -> dict[str, Result]:
@@ -48,12 +43,12 @@ def evidence_from_window(window: Window) -> dict[str, Result]:
     items: dict[str, Result] = {}
 
     def measured(
-        key: str, value: float | None, unit: str, note: str = "", reason: str = "", summary: object = None
+        key: str, value: float | None, unit: str, note: str = "", reason: str = "", summary: Summary | None = None
     ) -> None:
         if value is None or not math.isfinite(value):
             items[key] = NotMeasured(reason or "the probe recorded nothing for it in the window", _HINT, prov)
         else:
-            items[key] = Measurement(value, unit, prov, summary=summary, note=note)  # type: ignore[arg-type]
+            items[key] = Measurement(value, unit, prov, summary=summary, note=note)
 
     info = (label_values(last, M.PROBE_INFO) or [{}])[0]
     items[Q.ENGINE_NAME] = Fact(info.get("engine", "pytorch"), fact_prov)

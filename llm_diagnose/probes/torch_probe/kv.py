@@ -38,10 +38,6 @@ class KvSnapshot:
     block_size: int | None = None  # paged: tokens per block
     layers: int = 1  # layers summed into the token counts (to report per-layer figures)
 
-    @property
-    def waste_fraction(self) -> float | None:
-        return None if self.allocated_tokens <= 0 else 1.0 - self.used_tokens / self.allocated_tokens
-
 
 def _as_int(x: Any) -> int:
     return int(x.item()) if hasattr(x, "item") else int(x)

@@ -16,8 +16,6 @@ __all__ = [
     "FORWARD_SECONDS_BUCKETS",
     "BATCH_BUCKETS",
     "TOKEN_BUCKETS",
-    "markdown_table",
-    "wire_names",
 ]
 
 PREFIX = "llmd_torch:"
@@ -172,13 +170,3 @@ TOKEN_BUCKETS = (
     16384,
     32768,
 )
-
-
-def wire_names() -> tuple[str, ...]:
-    return tuple(METRICS)
-
-
-def markdown_table() -> str:
-    rows = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
-    rows += [f"| `{d.name}` | {d.kind} | {', '.join(d.labels) or '-'} | {d.meaning} |" for d in METRICS.values()]
-    return "\n".join(rows) + "\n"

@@ -1,4 +1,4 @@
-"""One pass over a trace: lengths, arrivals, prefix reuse and the prompt pitfalls.
+"""One pass over a trace: lengths, arrivals, prefix reuse and what the prompt pitfalls are made of.
 
 `analyze_trace(path)` streams the file once, in batches, so memory stays bounded on traces
 of millions of requests: what is kept per request is a few numbers (lengths and times,
@@ -12,8 +12,9 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -24,15 +25,12 @@ from llm_diagnose.probes.traces.evidence import trace_evidence
 from llm_diagnose.probes.traces.hashing import chained_block_hashes, segment_positions
 from llm_diagnose.probes.traces.lengths import LengthHistogram, LengthStats, length_stats
 from llm_diagnose.probes.traces.pitfalls import (
-    DYNAMIC_PREFIX_WARN,
-    Finding,
+    DivergenceExample,
     PromptSample,
+    SampleIndex,
     SerializationStats,
     SerializationTracker,
     divergence_example,
-    dynamic_prefix_finding,
-    kv_offload_finding,
-    unstable_serialization_finding,
 )
 from llm_diagnose.probes.traces.prefix import PrefixAnalyzer, PrefixReuse
 from llm_diagnose.probes.traces.readers import (
@@ -85,7 +83,7 @@ class TraceAnalysis:
     prefix_reuse: PrefixReuse | None
     similarity: SimilarityStats | None
     serialization: SerializationStats | None
-    findings: tuple[Finding, ...]
+    divergence_examples: tuple[DivergenceExample, ...]  # where sample dynamic prompts diverge, and what varies
     not_measured: dict[str, str]  # section -> why it is missing
     warnings: tuple[str, ...]
     taken_at: str = field(default_factory=now_iso)
@@ -114,7 +112,7 @@ class TraceAnalysis:
             "prefix_reuse": d(self.prefix_reuse),
             "dynamic_prefix": d(self.similarity),
             "serialization": d(self.serialization),
-            "findings": [f.to_dict() for f in self.findings],
+            "divergence_examples": [e.to_dict() for e in self.divergence_examples],
             "not_measured": dict(self.not_measured),
             "warnings": list(self.warnings),
             "taken_at": self.taken_at,
@@ -147,6 +145,21 @@ def _batches(records: Iterator[TraceRequest]) -> Iterator[list[TraceRequest]]:
             batch, cost = [], 0
     if batch:
         yield batch
+
+
+class _Columns(NamedTuple):
+    """A batch of TraceRequests transposed (`_Columns(*zip(*batch))`): per field, its values in order."""
+
+    line: tuple[int, ...]
+    timestamp_s: tuple[float | None, ...]
+    end_s: tuple[float | None, ...]
+    input_tokens: tuple[int | None, ...]
+    output_tokens: tuple[int | None, ...]
+    tokens: tuple[Sequence[int] | np.ndarray | None, ...]
+    hash_ids: tuple[Sequence[int] | None, ...]
+    text: tuple[str | None, ...]
+    output_text: tuple[str | None, ...]
+    payloads: tuple[tuple[tuple[str, Any], ...], ...]
 
 
 def _floats(values: tuple) -> list | tuple:
@@ -272,15 +285,15 @@ class _Pass:
                 self.add_hash_ids(hash_id_records_batch(with_ids))
             return
         # One transposition (in C) instead of a Python loop per field and request.
-        cols = TraceRequest(*zip(*batch))
+        cols = _Columns(*zip(*batch))
         self.starts.extend(_floats(cols.timestamp_s))
         if self.ends is None and cols.end_s.count(None) < len(batch):
             self.ends = Column(np.float64)  # most traces have no completion times: no column for them
             self.ends.extend([math.nan] * (len(self.starts) - len(batch)))
         if self.ends is not None:
             self.ends.extend(_floats(cols.end_s))
-        texts = [i for i, (t, x) in enumerate(zip(cols.tokens, cols.text)) if t is None and x is not None]
-        encoded = dict(zip(texts, self._tok().encode_batch([cols.text[i] for i in texts]))) if texts else {}
+        texts = [(i, x) for i, (t, x) in enumerate(zip(cols.tokens, cols.text)) if t is None and x is not None]
+        encoded = dict(zip((i for i, _ in texts), self._tok().encode_batch([x for _, x in texts]))) if texts else {}
         if self.content is not None:
             self._add_tokens(batch, encoded)
         self._add_lengths(batch, cols, encoded)
@@ -288,7 +301,7 @@ class _Pass:
             for payloads in cols.payloads:
                 self.serialization.add(payloads)
 
-    def _add_lengths(self, batch: list[TraceRequest], cols: TraceRequest, encoded: dict[int, np.ndarray]) -> None:
+    def _add_lengths(self, batch: list[TraceRequest], cols: _Columns, encoded: dict[int, np.ndarray]) -> None:
         if None not in cols.input_tokens and None not in cols.output_tokens:  # lengths-only traces, Mooncake
             self.input_sources.add("trace")
             self.output_sources.add("trace")
@@ -326,6 +339,7 @@ class _Pass:
         """A batch of a hash-id (Mooncake) trace, as columns: no object per request."""
         if self.content is None:
             self._start_content("hash-ids")
+        assert self.prefix is not None  # _start_content set it up
         self.starts.extend(batch.timestamp_s)
         for lengths, histogram, sources in (
             (batch.input_tokens, self.inputs, self.input_sources),
@@ -338,8 +352,11 @@ class _Pass:
         self.prefix.add(*full_block_ids(batch.hash_ids, batch.counts, batch.input_tokens))
 
     def _add_tokens(self, batch: list[TraceRequest], encoded: dict[int, np.ndarray]) -> None:
-        B = self.block_size
-        arrays, texts = [], []
+        B, prefix, similarity = self.block_size, self.prefix, self.similarity
+        # A batch of prompts comes after _start_content set these up for prompts.
+        assert B is not None and prefix is not None and similarity is not None
+        arrays: list[np.ndarray] = []
+        texts: list[str | None] = []
         for i, r in enumerate(batch):
             if r.tokens is not None:
                 arrays.append(_as_tokens(r.tokens))
@@ -352,8 +369,8 @@ class _Pass:
         if not arrays:
             return
         tokens, blocks, lengths = token_batch(arrays, B)
-        hits = self.prefix.add(chained_block_hashes(tokens, blocks, B), blocks, lengths)
-        dynamic = self.similarity.add(tokens, blocks * B, hits.hit_blocks)
+        hits = prefix.add(chained_block_hashes(tokens, blocks, B), blocks, lengths)
+        dynamic = similarity.add(tokens, blocks * B, hits.hit_blocks)
         for j in range(min(len(arrays), max(0, _SAMPLE_PROMPTS - len(self.samples)))):
             self.samples.append(self._sample(arrays[j], texts[j]))  # the start of the trace
         for j in np.flatnonzero(dynamic)[: max(0, _SAMPLE_DYNAMIC - len(self.dynamic_samples))].tolist():
@@ -367,10 +384,13 @@ class _Pass:
         return PromptSample(tokens[:_SAMPLE_TOKENS].copy(), None if text is None else text[:_SAMPLE_CHARS])
 
     def examples(self) -> list:
+        if not self.dynamic_samples:
+            return []
+        index = SampleIndex(self.samples)
         out = []
-        for index, prompt in self.dynamic_samples:
+        for before, prompt in self.dynamic_samples:
             count = self._tok().count if prompt.text is not None else len
-            ex = divergence_example(prompt, self.samples[:index], count, show_text=self.show_text)
+            ex = divergence_example(prompt, index, before, count, show_text=self.show_text)
             if ex is not None:
                 out.append(ex)
             if len(out) >= _EXAMPLES:
@@ -415,18 +435,24 @@ def analyze_trace(
     log = LineLog(path, strict)
     run = _Pass(path, block_size, kv_capacity_tokens, tokenizer, show_text)
     if fmt == "mooncake":  # columns parsed a chunk at a time, no object per request
-        batches, add = read_hash_id_batches(path, log), run.add_hash_ids
+        _feed(read_hash_id_batches(path, log), run.add_hash_ids)
     else:
-        batches, add = _batches(read_trace(path, fmt, log)), run.add
-    if len(os.sched_getaffinity(0)) > 1:
-        batches = prefetched(batches)  # parse the next batch while numpy analyses this one
-    for batch in batches:
-        add(batch)
+        _feed(_batches(read_trace(path, fmt, log)), run.add)
     read = log.report()
     if read.requests == 0:
         first = f"; line {read.first_errors[0][0]}: {read.first_errors[0][1]}" if read.first_errors else ""
         raise EmptyTraceError(f"no readable request ({read.skipped} lines skipped{first})", path=path)
     return _finish(run, path, fmt, read, assumed_tpot_s)
+
+
+_Batch = TypeVar("_Batch")
+
+
+def _feed(batches: Iterator[_Batch], add: Callable[[_Batch], None]) -> None:
+    if len(os.sched_getaffinity(0)) > 1:
+        batches = prefetched(batches)  # parse the next batch while numpy analyses this one
+    for batch in batches:
+        add(batch)
 
 
 def _finish(run: _Pass, path: str, fmt: str, read: ReadReport, assumed_tpot_s: float | None) -> TraceAnalysis:
@@ -460,7 +486,7 @@ def _finish(run: _Pass, path: str, fmt: str, read: ReadReport, assumed_tpot_s: f
         arrivals = arrival_stats(
             starts, ends, mean_output_tokens=outputs.mean if outputs else None, assumed_tpot_s=assumed_tpot_s
         )
-        if arrivals.out_of_order:
+        if arrivals is not None and arrivals.out_of_order:
             warnings.append(f"{arrivals.out_of_order} requests arrive before the line above them; arrivals were sorted")
         if not timed.all():
             warnings.append(f"{len(timed) - int(timed.sum())} requests have no timestamp and are left out of arrivals")
@@ -490,24 +516,6 @@ def _finish(run: _Pass, path: str, fmt: str, read: ReadReport, assumed_tpot_s: f
     if run.no_prompt:
         warnings.append(f"{run.no_prompt} requests have no prompt and are left out of prefix reuse")
 
-    findings: list[Finding] = []
-    if similarity is not None:
-        # Diffing sample prompts costs a little: only when the finding will be raised.
-        examples = run.examples() if similarity.dynamic_fraction >= DYNAMIC_PREFIX_WARN else []
-        f = dynamic_prefix_finding(
-            similarity.dynamic_fraction,
-            similarity.seen_fraction,
-            similarity.cached_fraction,
-            similarity.divergence_tokens_p50,
-            examples,
-        )
-        findings += [f] if f else []
-    if serialization is not None:
-        f = unstable_serialization_finding(serialization)
-        findings += [f] if f else []
-    if prefix is not None and prefix.lru_token_fraction is not None:
-        f = kv_offload_finding(prefix.token_fraction, prefix.lru_token_fraction, prefix.capacity_tokens)
-        findings += [f] if f else []
     return TraceAnalysis(
         path=path,
         format=fmt,
@@ -522,7 +530,7 @@ def _finish(run: _Pass, path: str, fmt: str, read: ReadReport, assumed_tpot_s: f
         prefix_reuse=prefix,
         similarity=similarity,
         serialization=serialization,
-        findings=tuple(findings),
+        divergence_examples=tuple(run.examples()) if similarity is not None else (),
         not_measured=not_measured,
         warnings=tuple(warnings),
     )

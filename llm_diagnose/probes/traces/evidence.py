@@ -75,7 +75,7 @@ def trace_evidence(a: TraceAnalysis) -> dict[str, Result]:
             missing=missing,
             summary=None if stats is None else stats.summary,
         )
-        if cv:
+        if cv is not None and top is not None:  # (the output side)
             put(cv, None if stats is None else stats.cv, "ratio", note=note, warnings=w, missing=missing)
             put(
                 top,

@@ -30,7 +30,6 @@ __all__ = [
     "mix64",
     "chained_block_hashes",
     "anchored_window_hashes",
-    "group_equal",
     "Groups",
     "segment_positions",
     "WINDOW_TOKENS",
@@ -254,7 +253,3 @@ def _packed_sort(h: np.ndarray):
             if np.count_nonzero(key[1:] != key[:-1]) + 1 != np.count_nonzero(new):
                 return None  # two distinct values share their high bits: sort exactly instead
     return order, hs, new
-
-
-def group_equal(h: np.ndarray) -> Groups:
-    return Groups(np.asarray(h))

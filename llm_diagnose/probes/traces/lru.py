@@ -108,7 +108,7 @@ class LruBlockCache:
         first_hit = is_cached & (rho + f < K)
         unsure = is_cached & ~first_hit
         if unsure.any():
-            uncached_before = np.cumsum(~is_cached) - ~is_cached
+            uncached_before: np.ndarray = np.cumsum(~is_cached) - ~is_cached
             # Only old blocks (rank >= K - F) can be older than an unsure one and cached.
             tail = is_cached & (rho >= K - len(uniq))
             older_cached_before = np.zeros(len(uniq), dtype=np.int64)

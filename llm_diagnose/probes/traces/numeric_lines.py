@@ -98,7 +98,7 @@ class LineLayout:
 
     def _literals(self) -> dict[tuple, bytes]:
         """Every gap text a chunk of such lines can hold, by its place: ('after', field i)."""
-        out = {("after", len(self.fields) - 1): self.tail + b"\n" + self.head}  # one line to the next
+        out: dict[tuple, bytes] = {("after", len(self.fields) - 1): self.tail + b"\n" + self.head}  # line to line
         for i, text in enumerate(self.between):
             out[("after", i)] = text
         if self.list_field is not None:
@@ -146,23 +146,25 @@ class _Compiled:
         self.places = places
         self.texts = [lits[p] for p in places]
         nf = len(layout.fields)
+        # The "item" and "empty" places exist only in a layout with a list field.
+        lf = layout.list_field if layout.list_field is not None else -1
         # The field whose value follows each place, and which places may follow which.
         follows = []
         for p in places:
             if p[0] == "after":
                 follows.append((p[1] + 1) % nf)
             elif p[0] == "item":
-                follows.append(layout.list_field)
+                follows.append(lf)
             else:  # empty list: the value after it belongs to the next field (wrapping to a new line)
-                follows.append((layout.list_field + 1) % nf)
+                follows.append((lf + 1) % nf)
         allowed = np.zeros((len(places) + 1, len(places) + 1), dtype=bool)
-        for a, pa in enumerate(places):
+        for a in range(len(places)):
             field = follows[a]  # the value between gap a and the next gap belongs to this field
             for c, pc in enumerate(places):
                 if pc[0] == "item":
-                    ok = field == layout.list_field
+                    ok = field == lf
                 elif pc[0] == "empty":
-                    ok = field == (layout.list_field - 1) % nf and layout.list_field is not None
+                    ok = field == (lf - 1) % nf
                 else:
                     ok = pc[1] == field
                 allowed[a, c] = ok

@@ -1,17 +1,16 @@
-"""The prompt pitfalls a prefix cache suffers from, found in the prompts themselves.
+"""What the prompt pitfalls of a prefix cache are made of, measured in the prompts themselves.
 
-- ``dynamic-prefix``: much content repeats across prompts but sits after something that
-  varies per request (a timestamp, a user id, a request id), so a byte-exact prefix cache
-  cannot use it. The amount comes from `similarity.py`; here a pair of sample prompts is
-  diffed to say where they first diverge and what varies there, as a category
-  ("ISO timestamp", "uuid", "integer id"), never the text unless asked for (`show_text`).
-- ``unstable-serialization``: a JSON payload (tool schemas, JSON in messages) equal to an
-  earlier one but written with its keys in another order: equal meaning, different bytes,
-  no prefix match from there on.
-- ``kv-offload`` (a technique, not a pitfall): an unlimited prefix cache would serve much
-  more than one of the server's KV capacity.
+- Where similar prompts diverge: content that repeats across prompts but sits after something
+  that varies per request (a timestamp, a user id, a request id) is out of a byte-exact prefix
+  cache's reach. How much is `similarity.py`'s; here a pair of sample prompts is diffed to say
+  where they first diverge and what varies there, as a category ("ISO timestamp", "uuid",
+  "integer id"), never the text unless asked for (`show_text`).
+- Key order of JSON payloads (tool schemas, JSON in messages): a payload equal to an earlier one
+  but written with its keys in another order has equal meaning, different bytes, and no prefix
+  match from there on.
 
-Findings carry stable ids that users' CI matches on.
+Measurements only: whether they amount to a finding (`dynamic-prefix`, `unstable-serialization`)
+is judged in `llm_diagnose.diagnose.trace_findings`, with the tree's named thresholds.
 """
 
 from __future__ import annotations
@@ -21,55 +20,26 @@ import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from llm_diagnose.probes.traces.hashing import segment_positions
+
 __all__ = [
-    "Finding",
     "DivergenceExample",
     "PromptSample",
+    "SampleIndex",
     "SerializationStats",
     "SerializationTracker",
     "classify_varying",
     "divergence_example",
-    "dynamic_prefix_finding",
-    "unstable_serialization_finding",
-    "kv_offload_finding",
-    "DYNAMIC_PREFIX",
-    "UNSTABLE_SERIALIZATION",
-    "KV_OFFLOAD",
+    "TOKEN_SPAN",
 ]
 
-DYNAMIC_PREFIX = "dynamic-prefix"
-UNSTABLE_SERIALIZATION = "unstable-serialization"
-KV_OFFLOAD = "kv-offload"
-
-DYNAMIC_PREFIX_WARN = 0.10  # share of prompt tokens similar to earlier prompts but not servable
-DYNAMIC_PREFIX_CRITICAL = 0.30
-UNSTABLE_WARN = 0.01  # share of requests with a reordered payload
-KV_OFFLOAD_GAP = 0.10  # unlimited-cache share minus at-capacity share
 SNIPPET_CHARS = 40
 TOKEN_SPAN = "token span"  # what varies, for token-id prompts (no text to categorise)
-
-
-@dataclass(frozen=True)
-class Finding:
-    id: str
-    severity: str  # "info", "warning" or "critical"
-    message: str
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    fix: str = ""
-
-    def to_dict(self) -> dict:
-        return {
-            "id": self.id,
-            "severity": self.severity,
-            "message": self.message,
-            "evidence": dict(self.evidence),
-            "fix": self.fix,
-        }
 
 
 # --- what varies: categories, most specific first ------------------------------------------
@@ -119,7 +89,7 @@ class DivergenceExample:
     snippets: tuple[str, str] | None = None  # only with show_text
 
     def to_dict(self) -> dict:
-        d = {
+        d: dict = {
             "token_offset": self.token_offset,
             "char_offset": self.char_offset,
             "what_varies": self.what_varies,
@@ -143,7 +113,7 @@ def _shingles(tokens: np.ndarray) -> np.ndarray:
     return h[np.append(True, h[1:] != h[:-1])]
 
 
-def _common_prefix(a: Sequence, b: Sequence) -> int:
+def _common_prefix(a: str | np.ndarray, b: str | np.ndarray) -> int:
     n = min(len(a), len(b))
     if isinstance(a, np.ndarray):
         differ = np.flatnonzero(a[:n] != b[:n])
@@ -162,38 +132,65 @@ class PromptSample:
     text: str | None = None
 
 
+class SampleIndex:
+    """The distinct shingles of the sample prompts, sorted together with the sample each came
+    from: the earlier sample that shares most of a prompt is found in one search, not in one
+    set comparison per sample (32 dynamic prompts against 256 samples were seconds)."""
+
+    def __init__(self, samples: Sequence[PromptSample]) -> None:
+        self.samples = tuple(samples)
+        per_sample = [_shingles(s.tokens) for s in self.samples]
+        hashes = np.concatenate(per_sample) if per_sample else np.empty(0, dtype=np.uint64)
+        owners = np.repeat(np.arange(len(per_sample)), [len(h) for h in per_sample])
+        order = np.argsort(hashes, kind="stable")
+        self._hashes, self._owners = hashes[order], owners[order]
+
+    def most_similar(self, shingles: np.ndarray, before: int) -> tuple[int | None, float]:
+        """Among the first `before` samples, the first one holding the largest share of
+        `shingles` (distinct, sorted), and that share; None where none holds any."""
+        if before <= 0 or len(shingles) == 0:
+            return None, 0.0
+        lo = np.searchsorted(self._hashes, shingles, "left")
+        found = np.searchsorted(self._hashes, shingles, "right") - lo
+        _, local = segment_positions(found)
+        # A sample's shingles are distinct: it owns each match once, so its count is its share's numerator.
+        held = np.bincount(self._owners[np.repeat(lo, found) + local], minlength=len(self.samples))[:before]
+        best = int(np.argmax(held))
+        return (best, int(held[best]) / len(shingles)) if held[best] else (None, 0.0)
+
+
 def divergence_example(
-    later: PromptSample, candidates: Sequence[PromptSample], count_tokens, *, show_text: bool = False
+    later: PromptSample, index: SampleIndex, before: int, count_tokens, *, show_text: bool = False
 ) -> DivergenceExample | None:
-    """Diff a dynamic prompt against the most similar earlier sample; None if none is similar."""
-    mine = _shingles(later.tokens)
-    if len(mine) == 0:
+    """Diff a dynamic prompt against the most similar of the first `before` samples; None if none is similar."""
+    best_at, best_share = index.most_similar(_shingles(later.tokens), before)
+    if best_at is None or best_share < 0.3:
         return None
-    best, best_share = None, 0.0
-    for c in candidates:
-        share = np.count_nonzero(np.isin(mine, _shingles(c.tokens), assume_unique=True)) / len(mine)
-        if share > best_share:
-            best, best_share = c, share
-    if best is None or best_share < 0.3:
-        return None
-    a, b = (later.text, best.text) if later.text is not None and best.text is not None else (later.tokens, best.tokens)
-    lcp = _common_prefix(a, b)
-    if lcp >= min(len(a), len(b)):
-        return None  # one is a prefix of the other: nothing varies
-    sa, sb = a[lcp : lcp + 400], b[lcp : lcp + 400]
-    if not isinstance(a, str):
-        sa, sb = sa.tolist(), sb.tolist()
-    ops = difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes()
-    i2 = next((o[2] for o in ops if o[0] != "equal"), 1)
-    j2 = next((o[4] for o in ops if o[0] != "equal"), 1)
-    if isinstance(a, str):
+    best = index.samples[best_at]
+    if later.text is not None and best.text is not None:
+        a, b = later.text, best.text
+        lcp = _common_prefix(a, b)
+        if lcp >= min(len(a), len(b)):
+            return None  # one is a prefix of the other: nothing varies
+        i2, j2 = _first_change(a[lcp : lcp + 400], b[lcp : lcp + 400])
         what, s, e = classify_varying(a, lcp, lcp + max(i2, 1))
         _, s2, e2 = classify_varying(b, lcp, lcp + max(j2, 1))
         snippets = (a[s:e][:SNIPPET_CHARS], b[s2:e2][:SNIPPET_CHARS]) if show_text else None
         return DivergenceExample(count_tokens(a[:s]), s, what, best_share, snippets)
+    lcp = _common_prefix(later.tokens, best.tokens)
+    if lcp >= min(len(later.tokens), len(best.tokens)):
+        return None
+    sa, sb = later.tokens[lcp : lcp + 400].tolist(), best.tokens[lcp : lcp + 400].tolist()
+    i2, j2 = _first_change(sa, sb)
     n = max(i2, 1)
     snippets = (str(sa[: min(n, 8)]), str(sb[: min(max(j2, 1), 8)])) if show_text else None
     return DivergenceExample(lcp, None, f"{TOKEN_SPAN} of {n}", best_share, snippets)
+
+
+def _first_change(sa: Sequence[Any], sb: Sequence[Any]) -> tuple[int, int]:
+    """Where the first stretch that differs ends, in each of two sequences (1 when none is found)."""
+    ops = difflib.SequenceMatcher(None, sa, sb, autojunk=False).get_opcodes()
+    return next((o[2] for o in ops if o[0] != "equal"), 1), next((o[4] for o in ops if o[0] != "equal"), 1)
 
 
 # --- unstable serialization -----------------------------------------------------------------
@@ -256,90 +253,3 @@ class SerializationTracker:
             dict(self.locations.most_common()),
             self.complete,
         )
-
-
-# --- findings ------------------------------------------------------------------------------
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def dynamic_prefix_finding(
-    dynamic_fraction: float,
-    seen_fraction: float,
-    cached_fraction: float,
-    divergence_tokens: int | None,
-    examples: Sequence[DivergenceExample],
-) -> Finding | None:
-    if dynamic_fraction < DYNAMIC_PREFIX_WARN:
-        return None
-    whats = Counter(e.what_varies for e in examples)
-    what = whats.most_common(1)[0][0] if whats else None
-    at = sorted(e.token_offset for e in examples)[len(examples) // 2] if examples else divergence_tokens
-    where = f" at about token {at}" if at is not None else ""
-    message = (
-        f"{_pct(dynamic_fraction)} of prompt content repeats earlier prompts but comes after a point where "
-        f"prompts differ, so an exact-prefix cache cannot reuse it; prompts first diverge{where}"
-        + (f" ({what})" if what else "")
-    )
-    if what and what.startswith(TOKEN_SPAN):
-        thing = "the tokens that vary per request"
-    elif what and what != "text":
-        thing = f"the {what}"
-    else:
-        thing = "the part that varies per request"
-    evidence = {
-        "dynamic_token_fraction": dynamic_fraction,
-        "similar_token_fraction": seen_fraction,
-        "cache_servable_similar_fraction": cached_fraction,
-        "divergence_token": at,
-        "examples": [e.to_dict() for e in examples],
-    }
-    return Finding(
-        DYNAMIC_PREFIX,
-        "critical" if dynamic_fraction >= DYNAMIC_PREFIX_CRITICAL else "warning",
-        message,
-        evidence,
-        f"move {thing}{where} to the end of the prompt, after the shared content",
-    )
-
-
-def unstable_serialization_finding(stats: SerializationStats) -> Finding | None:
-    if stats.unstable_requests == 0 or stats.unstable_fraction < UNSTABLE_WARN:
-        return None
-    places = ", ".join(stats.locations)
-    message = (
-        f"{stats.unstable_requests} requests ({_pct(stats.unstable_fraction)}) send JSON ({places}) equal to an "
-        "earlier request's but with its keys in another order: same meaning, different bytes, so prefix "
-        "matching stops there"
-    )
-    fix = (
-        "serialise JSON with a fixed key order (e.g. json.dumps(obj, sort_keys=True)) before it goes into the "
-        "prompt; where it cannot be made stable, move it to the end of the prompt"
-    )
-    return Finding(UNSTABLE_SERIALIZATION, "warning", message, stats.to_dict(), fix)
-
-
-def kv_offload_finding(unlimited: float, at_capacity: float, capacity_tokens: int) -> Finding | None:
-    gap = unlimited - at_capacity
-    if gap < KV_OFFLOAD_GAP:
-        return None
-    message = (
-        f"an unlimited prefix cache would serve {_pct(unlimited)} of prompt tokens, an LRU cache of "
-        f"{capacity_tokens} tokens only {_pct(at_capacity)}: evicted prefixes are recomputed"
-    )
-    fix = (
-        "offload KV blocks to CPU memory or disk (e.g. LMCache or the engine's CPU offload) or give the KV cache "
-        "more memory, so evicted prefixes are reloaded instead of recomputed"
-    )
-    return Finding(
-        KV_OFFLOAD,
-        "warning",
-        message,
-        {
-            "unlimited_token_fraction": unlimited,
-            "at_capacity_token_fraction": at_capacity,
-            "capacity_tokens": capacity_tokens,
-            "gap": gap,
-        },
-        fix,
-    )

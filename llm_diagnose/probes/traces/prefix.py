@@ -22,7 +22,7 @@ import numpy as np
 
 from llm_diagnose.probes.traces.hashing import Groups, segment_positions
 from llm_diagnose.probes.traces.lru import LruBlockCache
-from llm_diagnose.probes.traces.seen import BatchLookup, first_positions, seen_blocks
+from llm_diagnose.probes.traces.seen import BatchLookup, SeenIds, first_positions, seen_blocks
 
 __all__ = ["PrefixAnalyzer", "PrefixReuse", "PrefixGroup", "BatchHits", "leading_run"]
 
@@ -205,8 +205,9 @@ class PrefixAnalyzer:
         # Unlimited cache: a block hits when an earlier batch or an earlier request sent it.
         look = self._seen.lookup(keys, last)
         if look is None:  # an id too large (or too sparse) to index by: hashed from now on
-            self._seen = self._seen.to_hashes()
-            look = self._seen.lookup(keys, last)
+            hashed = self._seen.to_hashes() if isinstance(self._seen, SeenIds) else self._seen
+            self._seen = hashed
+            look = hashed.lookup(keys, last)
         hit = look.sent
         if len(look.repeat_at):  # within one request a repeated id is no hit
             at, first = look.repeat_at, look.repeat_first
@@ -225,7 +226,7 @@ class PrefixAnalyzer:
             lru_hit_blocks = leading_run(lru_hit, counts, starts)
             self.lru_hit_blocks += int(lru_hit_blocks.sum())
 
-        if self.reuse_structure:
+        if self.reuse_structure and last is not None:
             shared = np.flatnonzero(hit_blocks)
             self._groups.add(keys[starts[shared] + hit_blocks[shared] - 1], hit_blocks[shared] * self.block_size)
             self._count_continuations(keys, hit, look, starts, last)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from llm_diagnose.probes.traces.errors import TraceLineError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["TraceRequest", "ReadReport", "LineLog", "BadRecord"]
 
@@ -19,7 +22,7 @@ class TraceRequest(NamedTuple):
     end_s: float | None = None  # completion, seconds, where the trace has it
     input_tokens: int | None = None  # prompt length as the trace states it
     output_tokens: int | None = None  # output length as the trace states it
-    tokens: Sequence[int] | None = None  # prompt token ids (a uint32 or uint64 array from the readers)
+    tokens: Sequence[int] | np.ndarray | None = None  # prompt token ids (a uint32 or uint64 array from the readers)
     hash_ids: Sequence[int] | None = None  # chained block ids (Mooncake)
     text: str | None = None  # prompt text (chat rendered), to be tokenised
     output_text: str | None = None  # response text, when only it gives the output length

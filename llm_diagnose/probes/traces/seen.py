@@ -132,6 +132,8 @@ class SeenIds:
 
     def commit(self, ids: np.ndarray, last: np.ndarray | None) -> None:
         """Record the batch looked up last: its new blocks as seen, its prompts' last blocks as such."""
+        if self._new is None:
+            raise RuntimeError("commit() records the batch lookup() read: call lookup() first")
         new, distinct = self._new
         # A new id had no flags (LAST_HERE is cleared): a plain store, repeated ids storing the same.
         if distinct and len(new) and int(new[-1]) - int(new[0]) + 1 == len(new):
@@ -195,6 +197,8 @@ class SeenHashes:
         return BatchLookup(sent, repeat_at, repeat_first, lambda: was_last[group], lambda: last_here[group])
 
     def commit(self, keys: np.ndarray, last: np.ndarray | None) -> None:
+        if self._batch is None:
+            raise RuntimeError("commit() records the batch lookup() read: call lookup() first")
         g, in_set = self._batch
         self.seen.add_new(g.values[~in_set])
         if last is not None:

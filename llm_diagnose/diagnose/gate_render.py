@@ -1,0 +1,106 @@
+"""The gate's outputs: the terminal summary, JUnit XML for CI test reports, and JSON.
+
+Pure functions of a `GateResult` (llm_diagnose.diagnose.gate_result); the Markdown summary for a
+pull-request comment is `llm_diagnose.diagnose.report.markdown.render_gate`, beside the
+Markdown escaping it shares with the reports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
+
+from llm_diagnose.diagnose.gate_result import GateResult
+
+__all__ = ["render_text", "render_junit", "render_json"]
+
+
+def render_text(result: GateResult, *, verbose: bool = False) -> str:
+    """The terminal summary: the verdict, then every rule that is not a plain pass (all with verbose)."""
+    out = [
+        f"llm-diagnose gate: {result.verdict.upper()}",
+        f"  baseline: {result.baseline_label}",
+        f"  current:  {result.current_label}",
+        "",
+    ]
+    shown = [o for o in result.ordered() if verbose or o.verdict not in ("pass", "skipped")]
+    width = max((len(o.name) for o in shown), default=0)
+    for o in shown:
+        values = f"{o.baseline} -> {o.current}" if o.baseline or o.current else ""
+        change = f"  change {o.change}" if o.change else ""
+        tol = f"  (tolerance {o.tolerance})" if o.tolerance else ""
+        out.append(f"  {o.verdict:<12} {o.name:<{width}}  {values}{change}{tol}")
+        out.append(f"  {'':<12} {'':<{width}}  {o.detail}")
+    if not shown:
+        out.append("  every rule passed")
+    out.append("")
+    out.append(", ".join(f"{n} {v}" for v, n in result.counts().items() if n))
+    out.extend(f"skipped lines: {s}" for s in result.skipped_lines)
+    out.extend(result.notes)
+    out.append(result.method_note())
+    return "\n".join(out) + "\n"
+
+
+def render_json(result: GateResult) -> str:
+    """The outcomes for machines (`GateResult.to_dict`), worst first."""
+    return json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n"
+
+
+_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _x(s: str) -> str:
+    """XML 1.0 cannot carry control characters even escaped: drop them (ElementTree escapes the rest)."""
+    return _XML_INVALID.sub("", s)
+
+
+def render_junit(result: GateResult, *, timestamp: str | None = None, hostname: str | None = None) -> str:
+    """JUnit XML (the Ant format CI systems read): one test case per rule.
+
+    A regression is a <failure>; an inconclusive or skipped rule is <skipped> with the reason;
+    everything else passes, with the figures in <system-out>. Lines of the run folders that
+    could not be read are a `skipped_lines` property of the suite.
+    """
+    counts = result.counts()
+    failures = counts["regression"]
+    skipped = counts["inconclusive"] + counts["skipped"]
+    stamp = timestamp or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    totals = {
+        "tests": str(len(result.outcomes)),
+        "failures": str(failures),
+        "errors": "0",
+        "skipped": str(skipped),
+        "time": "0",
+    }
+    root = ET.Element("testsuites", {"name": "llm-diagnose gate", **totals})
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        {"name": "llm-diagnose gate", **totals, "timestamp": stamp, "hostname": _x(hostname or socket.gethostname())},
+    )
+    props = ET.SubElement(suite, "properties")
+    properties = [
+        ("baseline", result.baseline_label),
+        ("current", result.current_label),
+        ("verdict", result.verdict),
+        ("method", result.method_note()),
+    ]
+    if result.skipped_lines:
+        properties.append(("skipped_lines", "; ".join(result.skipped_lines)))
+    for name, value in properties:
+        ET.SubElement(props, "property", {"name": name, "value": _x(value)})
+    for o in result.outcomes:
+        case = ET.SubElement(
+            suite, "testcase", {"classname": f"llm-diagnose.gate.{o.kind}", "name": _x(o.name), "time": "0"}
+        )
+        summary = _x(f"{o.verdict}: {o.baseline} -> {o.current} {o.change} (tolerance {o.tolerance}); {o.detail}")
+        if o.verdict == "regression":
+            ET.SubElement(case, "failure", {"type": "regression", "message": _x(o.detail)}).text = summary
+        elif o.verdict in ("inconclusive", "skipped"):
+            ET.SubElement(case, "skipped", {"message": _x(f"{o.verdict}: {o.detail}")})
+        ET.SubElement(case, "system-out").text = summary
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
