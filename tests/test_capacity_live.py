@@ -2,10 +2,11 @@
 
 Each workload is a small Mooncake-style trace (hash ids: requests of a group share whole
 512-token blocks). A run folder gets the server's passive evidence (`llm-diagnose run`) and a
-short calibration (requests one at a time, then an open-loop ramp of rates until the queue builds); `llm-diagnose plan --active` then fits
-the model to the calibration, predicts one replica's goodput, and searches the real goodput
-in a bracket around the prediction (both ends, then bisection), so both answers come from
-the same rates, the same Poisson draws and the same SLO.
+short calibration (requests one at a time, then an open-loop ramp of rates until the queue
+builds); `llm-diagnose plan --active` then fits the model to the calibration, predicts one
+replica's goodput, and searches the real goodput in a bracket around the prediction (both
+ends, then bisection), so both answers come from the same rates, the same Poisson draws and
+the same SLO.
 
 The SLO is set from the calibration itself: e2e p50 at most the geometric mean of the median
 e2e of requests sent one at a time (no queue) and of the same requests sent all at once (the

@@ -99,14 +99,6 @@ def _active(
 @real
 def test_decode_latency_agrees_with_the_servers_inter_token_histogram(small_vllm, tmp_path):
     results = _active(small_vllm, tmp_path, ("decode",))
-    growth = results[Q.DECODE_ITL_GROWTH]
-    if isinstance(growth, Measurement) and growth.value <= 0.5:
-        # The batch-1 phase and the concurrent levels run at different moments; on the shared
-        # 2-core host the engine itself was once 5x slower during batch 1 (the server's own ITL
-        # histogram agreed with the client's gaps), which made the growth 0.21. One more try on a
-        # fresh folder tells such a slow moment from a bug.
-        tmp_path = tmp_path / "second-try"
-        results = _active(small_vllm, tmp_path, ("decode",))
     p50, server_mean, ratio = (
         results[k] for k in (Q.ITL_P50, Q.DECODE_SERVER_ITL_MEAN, Q.DECODE_CLIENT_SERVER_ITL_RATIO)
     )
@@ -120,7 +112,12 @@ def test_decode_latency_agrees_with_the_servers_inter_token_histogram(small_vllm
         ratio.note
     )
     growth = results[Q.DECODE_ITL_GROWTH]
-    assert isinstance(growth, Measurement) and growth.value > 0.5
+    assert isinstance(growth, Measurement) and growth.summary is not None, growth
+    # A batch fills a CPU's step: growth > 0.5 (the band), unless the engine changed speed during
+    # the experiment (once 5x slower during batch 1 on this shared host: growth 0.21). The batch-1
+    # baseline brackets the levels, so such drift is caught and said; no second try here.
+    if growth.value <= 0.5:
+        assert any("drifted" in w for w in growth.warnings), (growth.value, growth.warnings, growth.note)
     records = list(read_records(tmp_path))
     assert records and all(r.experiment == "decode" and r.t_send > 0 for r in records)
     assert all(r.completed or r.fault is FaultKind.STOPPED_BY_CLIENT for r in records)

@@ -29,15 +29,16 @@ COMMANDS: dict[str, str] = {
     "trace": "analyse a request trace (prefix reuse, lengths, arrivals, prompt pitfalls)",
     "report": "write a diagnosis as HTML, Markdown or JSON",
     "gate": "compare two runs; fail on a regression beyond the noise",
+    "verify": "compare two runs before and after a change: did the adopted technique deliver?",
     "instrument": "run a PyTorch serving command with the in-process probe",
     "microbench": "time a model's decode/prefill steps against the machine's ceilings",
     "fleet": "read a fleet's engine metrics from Prometheus and compare the replicas",
     "plan": "replicas and GPUs needed for a target rate (capacity planning)",
 }
 
-EPILOG = """exit codes: 0 done; 1 gate found a regression; 2 bad usage or input;
+EPILOG = """exit codes: 0 done; 1 gate found a regression (verify: a claim made worse); 2 bad usage or input;
 3 target unreachable or not an LLM server; 4 partial run (results kept);
-5 gate inconclusive (with --fail-on-inconclusive); 130 interrupted (results kept)"""
+5 gate inconclusive (with --fail-on-inconclusive; verify: runs not comparable); 130 interrupted (results kept)"""
 
 
 class _Parser(argparse.ArgumentParser):

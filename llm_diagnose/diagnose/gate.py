@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import numpy as np
 
@@ -105,14 +105,18 @@ def request_measurements(records: Sequence[RequestRecord] | None, source: str) -
     """
     if not records:
         return {}
-    done = [r for r in records if r.completed and r.ttft_s is not None]
-    tpot = [(r.event_times[-1] - r.event_times[0]) / (len(r.event_times) - 1) for r in done if len(r.event_times) > 1]
-    series = {
-        REQUEST_TTFT_P50: [r.ttft_s for r in done],
-        REQUEST_TTFT_P99: [r.ttft_s for r in done],
-        REQUEST_TPOT_P50: tpot,
-        REQUEST_E2E_P50: [r.e2e_s for r in done if r.e2e_s is not None],
-    }
+    ttft: list[float] = []
+    tpot: list[float] = []
+    e2e: list[float] = []
+    for r in records:
+        if not r.completed or r.ttft_s is None:
+            continue
+        ttft.append(r.ttft_s)
+        if len(r.event_times) > 1:
+            tpot.append((r.event_times[-1] - r.event_times[0]) / (len(r.event_times) - 1))
+        if r.e2e_s is not None:
+            e2e.append(r.e2e_s)
+    series = {REQUEST_TTFT_P50: ttft, REQUEST_TTFT_P99: ttft, REQUEST_TPOT_P50: tpot, REQUEST_E2E_P50: e2e}
     # A record edited or damaged into a non-finite time is no sample (unreadable lines were skipped, and counted).
     series = {key: [v for v in values if math.isfinite(v)] for key, values in series.items()}
     prov = Provenance("client-per-request", source)
@@ -213,8 +217,18 @@ _WHY = {
 }
 
 
+class _Compared(TypedDict):
+    """The fields every outcome of one metric rule shares."""
+
+    name: str
+    kind: Literal["metric", "diagnosis"]
+    baseline: str
+    current: str
+    tolerance: str
+
+
 def _interval_outcome(
-    common: dict, point: float, lo: float, hi: float, *, sign: float, tol: float, relative: bool, how: str
+    common: _Compared, point: float, lo: float, hi: float, *, sign: float, tol: float, relative: bool, how: str
 ) -> Outcome:
     worse = sorted((sign * lo, sign * hi))
     verdict = _judge(worse[0], worse[1], tol)
@@ -255,7 +269,7 @@ def _judge_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules: 
     sign = 1.0 if rule.better == "lower" else -1.0  # worse = sign * change
     b_raw, c_raw = base_ev.items.get(rule.key), cur_ev.items.get(rule.key)
     b, c = base_ev.measurement(rule.key), cur_ev.measurement(rule.key)
-    common = {
+    common: _Compared = {
         "name": rule.key,
         "kind": "metric",
         "baseline": _describe(b_raw),
@@ -278,8 +292,8 @@ def _judge_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules: 
         )
     stat = statistic_of(rule.key, rule.statistic)
     name = stat.name
-    need = max(rule.min_samples or s.min_samples, math.ceil(TAIL_MIN / (1 - stat.q / 100)) if stat.tail else 0)
-    judged = {"sign": sign, "tol": tol, "relative": relative}
+    beyond_tail = math.ceil(TAIL_MIN / (1 - stat.q / 100)) if stat.q is not None and stat.tail else 0
+    need = max(rule.min_samples or s.min_samples, beyond_tail)
 
     if len(b.samples) >= 2 and len(c.samples) >= 2:
         if min(len(b.samples), len(c.samples)) < need:
@@ -297,15 +311,18 @@ def _judge_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules: 
             point,
             lo,
             hi,
-            **judged,
+            sign=sign,
+            tol=tol,
+            relative=relative,
             how=f"{name} of {len(b.samples)} vs {len(c.samples)} samples, {s.confidence:.0%} bootstrap interval",
         )
 
     bm, cm = _median_ci(b), _median_ci(c)
-    if name == "median" and bm is not None and cm is not None:
+    # (_median_ci is None without a summary)
+    if name == "median" and bm is not None and cm is not None and b.summary is not None and c.summary is not None:
         # Only summaries (a histogram's estimates): the change can be bounded by the two medians'
         # own confidence intervals, which is wider (safer) than an interval of the difference.
-        nb, nc = b.summary.n, c.summary.n  # type: ignore[union-attr]
+        nb, nc = b.summary.n, c.summary.n
         if min(nb, nc) < need:
             return Outcome(
                 verdict="inconclusive",
@@ -319,7 +336,9 @@ def _judge_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules: 
             float(_change(bm[0], cm[0], relative)),
             lo,
             hi,
-            **judged,
+            sign=sign,
+            tol=tol,
+            relative=relative,
             how=f"medians of {nb} vs {nc} observations known only by their summaries, "
             "interval from the medians' confidence intervals",
         )
@@ -363,14 +382,14 @@ def compare_diagnoses(base: Diagnosis, cur: Diagnosis, rules: GateRules) -> list
     b_pit, c_pit = {p.pitfall: p for p in base.pitfalls}, {p.pitfall: p for p in cur.pitfalls}
     shown = {True: "detected", False: "not detected", None: "not checkable"}
     for pid in PITFALLS:
-        b = b_pit[pid].detected if pid in b_pit else None
-        c = c_pit[pid].detected if pid in c_pit else None
-        name, bs, cs = f"pitfall:{pid}", shown[b], shown[c]
-        if c is True and b is not True:
+        b_seen = b_pit[pid].detected if pid in b_pit else None
+        c_seen = c_pit[pid].detected if pid in c_pit else None
+        name, bs, cs = f"pitfall:{pid}", shown[b_seen], shown[c_seen]
+        if c_seen is True and b_seen is not True:
             out.append(_severity(r.new_pitfall, f"newly detected: {c_pit[pid].explanation}", name, bs, cs))
-        elif b is True and c is False:
+        elif b_seen is True and c_seen is False:
             out.append(Outcome(name, "diagnosis", "improvement", bs, cs, detail="no longer detected"))
-        elif b is True and c is None:
+        elif b_seen is True and c_seen is None:
             out.append(_severity(r.unknown_answer, "detected before, not checkable now", name, bs, cs))
         else:
             out.append(
@@ -380,7 +399,7 @@ def compare_diagnoses(base: Diagnosis, cur: Diagnosis, rules: GateRules) -> list
                     "pass",
                     bs,
                     cs,
-                    detail="detected in both runs (not new)" if b and c else "unchanged",
+                    detail="detected in both runs (not new)" if b_seen and c_seen else "unchanged",
                 )
             )
     b_ans, c_ans = {a.question: a for a in base.answers}, {a.question: a for a in cur.answers}
@@ -410,18 +429,20 @@ def compare_diagnoses(base: Diagnosis, cur: Diagnosis, rules: GateRules) -> list
     b_rec = {x.technique: x.status for x in base.recommendations}
     c_rec = {x.technique: x for x in cur.recommendations}
     for t in TECHNIQUES:
-        b = b_rec.get(t, "unknown")
-        c = c_rec[t].status if t in c_rec else "unknown"
+        was = b_rec.get(t, "unknown")
+        now = c_rec[t].status if t in c_rec else "unknown"
         name = f"technique:{t}"
-        if c in ACTIVE_STATUSES and b not in ACTIVE_STATUSES:
-            out.append(_severity(r.new_recommendation, f"now {c}: {c_rec[t].reason}", name, b, c))
-        elif b == "in-place" and c != "in-place":
+        if now in ACTIVE_STATUSES and was not in ACTIVE_STATUSES:
+            out.append(_severity(r.new_recommendation, f"now {now}: {c_rec[t].reason}", name, was, now))
+        elif was == "in-place" and now != "in-place":
             why = c_rec[t].reason if t in c_rec else "not in the current diagnosis"
-            out.append(_severity(r.lost_technique, f"in place before, now {c}: {why}", name, b, c))
-        elif b in ACTIVE_STATUSES and c not in ACTIVE_STATUSES:
-            out.append(Outcome(name, "diagnosis", "improvement", b, c, detail=f"no longer {b}"))
+            out.append(_severity(r.lost_technique, f"in place before, now {now}: {why}", name, was, now))
+        elif was in ACTIVE_STATUSES and now not in ACTIVE_STATUSES:
+            out.append(Outcome(name, "diagnosis", "improvement", was, now, detail=f"no longer {was}"))
         else:
-            out.append(Outcome(name, "diagnosis", "pass", b, c, detail="unchanged" if b == c else f"{b} -> {c}"))
+            out.append(
+                Outcome(name, "diagnosis", "pass", was, now, detail="unchanged" if was == now else f"{was} -> {now}")
+            )
     return out
 
 

@@ -209,7 +209,7 @@ def _check_keys(where: str, table: Mapping, allowed: tuple[str, ...]) -> None:
 def _severity(where: str, value: object) -> str:
     if value not in SEVERITIES:
         raise GateRulesError(f"{where} must be one of {', '.join(SEVERITIES)}, got {value!r}")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def _settings(src: str, table: Mapping) -> tuple[GateSettings, bool]:
@@ -219,21 +219,21 @@ def _settings(src: str, table: Mapping) -> tuple[GateSettings, bool]:
         ("confidence", "resamples", "seed", "min_samples", "tolerance", "tail_tolerance", "severity", "only_listed"),
     )
     s = GateSettings()
-    values = {
-        "confidence": _number(f"{src} gate.confidence", table.get("confidence", s.confidence), low=0.5, high=0.999),
-        "resamples": int(_number(f"{src} gate.resamples", table.get("resamples", s.resamples), low=100, integer=True)),
-        "seed": int(_number(f"{src} gate.seed", table.get("seed", s.seed), low=0, integer=True)),
-        "min_samples": int(
+    settings = GateSettings(
+        confidence=_number(f"{src} gate.confidence", table.get("confidence", s.confidence), low=0.5, high=0.999),
+        resamples=int(_number(f"{src} gate.resamples", table.get("resamples", s.resamples), low=100, integer=True)),
+        seed=int(_number(f"{src} gate.seed", table.get("seed", s.seed), low=0, integer=True)),
+        min_samples=int(
             _number(f"{src} gate.min_samples", table.get("min_samples", s.min_samples), low=2, integer=True)
         ),
-        "tolerance": _number(f"{src} gate.tolerance", table.get("tolerance", s.tolerance), low=0),
-        "tail_tolerance": _number(f"{src} gate.tail_tolerance", table.get("tail_tolerance", s.tail_tolerance), low=0),
-    }
-    values["severity"] = _severity(f"{src} gate.severity", table.get("severity", s.severity))
+        tolerance=_number(f"{src} gate.tolerance", table.get("tolerance", s.tolerance), low=0),
+        tail_tolerance=_number(f"{src} gate.tail_tolerance", table.get("tail_tolerance", s.tail_tolerance), low=0),
+        severity=_severity(f"{src} gate.severity", table.get("severity", s.severity)),
+    )
     only = table.get("only_listed", False)
     if not isinstance(only, bool):
         raise GateRulesError(f"{src} gate.only_listed must be true or false, got {only!r}")
-    return GateSettings(**values), only
+    return settings, only
 
 
 def _metric(src: str, key: str, table: object, default: MetricRule | None) -> MetricRule | None:

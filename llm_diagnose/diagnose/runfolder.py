@@ -244,7 +244,8 @@ class RunFolder:
             evidence, from_scrapes = evidence_from_scrapes(folder), True
             note = f"no {EVIDENCE} in {folder} (an interrupted run?): diagnosed from the scrapes in {folder / METRICS}"
         diagnosis = _read_diagnosis(dg_path) if dg_path.exists() else None
-        requests, events, lines = None, (), []
+        events: tuple[Mapping[str, object], ...] = ()
+        requests, lines = None, []
         if (folder / REQUESTS).exists():
             from llm_diagnose.probes.load.records import parse_record_line  # see TYPE_CHECKING above
 
@@ -288,9 +289,11 @@ class RunFolder:
 
 def _finite(v: object) -> float | None:
     """A number as a finite float, or None (infinite, NaN, or an integer beyond a float)."""
+    if not isinstance(v, (int, float, str)):  # the JSON values float() takes
+        return None
     try:
-        f = float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
+        f = float(v)
+    except (ValueError, OverflowError):
         return None
     return f if math.isfinite(f) else None
 

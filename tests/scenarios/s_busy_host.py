@@ -11,7 +11,10 @@ from llm_diagnose.probes import quantities as Q
 from tests.evidence_builders import live
 from tests.scenarios.model import Scenario
 
-_STARVED = f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 444.2 ms is 555% of the 80.0 ms it timed (0.01 client cores, host CPUs 100% busy)"
+_STARVED = (
+    f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 444.2 ms is 555% of the 80.0 ms it timed "
+    "(0.01 client cores, host CPUs 100% busy)"
+)
 
 _VLLM_CPU = {
     "engine.name": "vllm",

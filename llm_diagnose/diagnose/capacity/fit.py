@@ -60,16 +60,17 @@ def replay_log_ratios(
     """
     done = sorted((r for r in records if r.completed and r.event_times), key=lambda r: r.t_send)
     sim = simulate(items_from_records(done, keep_arrivals=True, blocks_of=blocks_of), model, limits)
-    if any(o.ttft_s is None or o.e2e_s is None for o in sim.outcomes):
-        return None
-    pairs: dict[str, list[tuple[RequestRecord, object]]] = {}
+    # (record, simulated TTFT, simulated e2e) per batch of requests; one outcome per record replayed
+    pairs: dict[str, list[tuple[RequestRecord, float, float]]] = {}
     for r, o in zip(done, sim.outcomes):
-        pairs.setdefault(_group(r), []).append((r, o))
+        if o.ttft_s is None or o.e2e_s is None:
+            return None
+        pairs.setdefault(_group(r), []).append((r, o.ttft_s, o.e2e_s))
     out: list[float] = []
     for group in pairs.values():
         for measured, simulated in (
-            ([r.event_times[0] for r, _ in group], [o.ttft_s for _, o in group]),
-            ([r.e2e_s or 0.0 for r, _ in group], [o.e2e_s for _, o in group]),
+            ([r.event_times[0] for r, _, _ in group], [ttft for _, ttft, _ in group]),
+            ([r.e2e_s or 0.0 for r, _, _ in group], [e2e for _, _, e2e in group]),
         ):
             a, b = sorted(measured), sorted(simulated)
             picks = [statistics.fmean(a) / max(statistics.fmean(b), 1e-9)]

@@ -34,7 +34,9 @@ __all__ = [
 def values_from_records(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
     """ttft / itl / e2e values the SLO is judged on; a request that did not complete is infinitely late."""
     inf = math.inf
-    ttft, itl, e2e = [], [], []
+    ttft: list[float] = []
+    itl: list[float] = []
+    e2e: list[float] = []
     for r in records:
         if r.completed and r.event_times:
             ttft.append(r.event_times[0])

@@ -187,10 +187,10 @@ async def _measure(url: str, base: str, plan: LiveSearchPlan, requests_out: Path
     gplan, n = plan.goodput, plan.goodput.requests
     async with StreamingClient(base, "") as client:
         try:
-            client.model, _ = await discover_model(client.session, base)
+            model, _ = await discover_model(client.session, base)
         except ProbeHTTPError as exc:
             raise TargetError(f"{url}: {exc}") from None
-        client.model = client.model or ""
+        client.model = model or ""
         guard = BudgetGuard(plan.budget)
         if not await guard.admit():  # the POST /tokenize leaves the client: it takes a budget slot
             raise UsageError("the request budget has no slot for POST /tokenize: raise --budget-requests")

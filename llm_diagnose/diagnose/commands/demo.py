@@ -1,9 +1,12 @@
-"""`llm-diagnose demo`: the embedded default, a real local vLLM diagnosed end to end.
+"""`llm-diagnose demo`: the embedded default, a bottleneck found, fixed and proven on a real vLLM.
 
-It makes the tiny model (no download), starts a real vLLM CPU server on 127.0.0.1, plays a
-small shared-prefix workload against it (its own users, nobody else's server), scrapes and
-diagnoses it exactly as `run` would, adds the workload's own trace analysis, prints the
-diagnosis and the run folder, and stops the server.
+It makes the tiny model (no download) and starts a real vLLM CPU server on 127.0.0.1 with a
+realistic misconfiguration: prefix caching off, while its users (the demo's own workload,
+nobody else's server) all send the same long system prompt. It scrapes and diagnoses the server
+exactly as `run` would (with the workload's own trace analysis), restarts it with the setting
+the diagnosis recommends, plays the same workload again, and prints `verify`'s table: each
+promised effect before and after, with its interval and verdict. Run folders: OUT/before and
+OUT/after.
 """
 
 from __future__ import annotations
@@ -18,6 +21,12 @@ from llm_diagnose.diagnose.errors import ExitCode, TargetError, UsageError
 from llm_diagnose.diagnose.runfolder import REQUESTS, out_path, prepare_out_dir
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Fact, Provenance
+
+# The misconfiguration the demo starts with, and the fix the diagnosis is expected to find: a
+# shared system prompt of six 128-token blocks on a server without prefix caching.
+MISCONFIGURATION = "prefix caching off"
+FIX_TECHNIQUE = "prefix-caching"
+FIX_FLAG = "--enable-prefix-caching"
 
 EXAMPLE = """example:
   llm-diagnose demo                       # run folder under ./runs/demo-<time>
@@ -60,9 +69,9 @@ def _say(msg: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llm_diagnose.diagnose.collect import RunPlan, run_target
+    """The whole story: a misconfigured server diagnosed, fixed as recommended, and the fix proven."""
     from llm_diagnose.diagnose.demo.tiny_model import make_tiny_model
-    from llm_diagnose.diagnose.demo.vllm_server import VllmServer, vllm_available
+    from llm_diagnose.diagnose.demo.vllm_server import vllm_available
     from llm_diagnose.diagnose.demo.workload import DemoWorkload
     from llm_diagnose.diagnose.report import console
 
@@ -73,20 +82,56 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--requests and --duration must be positive")
     slo = load_slo(args)
     out = prepare_out_dir(args.out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
+    before_dir, after_dir = prepare_out_dir(out / "before"), prepare_out_dir(out / "after")
     workdir = args.workdir.resolve()
     _say(f"making the tiny model in {workdir / 'model'}")
     model_dir = make_tiny_model(workdir / "model")
-    # Arrivals spread over most of the window, leaving a few scrapes for the tail to finish.
+    # Arrivals spread over most of the window, leaving a few scrapes for the tail to finish. The
+    # same seeded workload runs before and after: the same requests in the same pattern.
     workload = DemoWorkload(requests=args.requests, spread_s=max(1.0, args.duration - 5.0))
-    out.mkdir(parents=True, exist_ok=True)
+
+    _say(f"1/3 {MISCONFIGURATION}: the server runs without it, the workload shares a long system prompt")
+    before = _observe(model_dir, workdir, before_dir, workload, args, slo, prefix_caching=False)
+    sys.stdout.write(console.render(before.diagnosis, before.evidence))
+    fix = next((r for r in before.diagnosis.recommendations if r.technique == FIX_TECHNIQUE), None)
+    if fix is None or fix.status != "recommended":
+        print(f"\nthe diagnosis did not recommend {FIX_TECHNIQUE} ({fix.status if fix else 'absent'}): "
+              f"nothing to fix and verify; run folder: {before_dir}")  # fmt: skip
+        return ExitCode.PARTIAL if before.partial else ExitCode.OK
+    print(f"\nThe diagnosis recommends {FIX_TECHNIQUE}: vllm {FIX_FLAG}. Restarting the server with it.")
+
+    _say(f"2/3 the same workload again, on a server started with {FIX_FLAG}")
+    after = _observe(model_dir, workdir, after_dir, workload, args, slo, prefix_caching=True)
+
+    _say("3/3 verify: did the change deliver what the diagnosis promised?")
+    from llm_diagnose.diagnose.runfolder import RunFolder
+    from llm_diagnose.diagnose.verify.judge import RunSide, verify
+    from llm_diagnose.diagnose.verify.render import render_text
+
+    result = verify(
+        RunSide.of(RunFolder.load(before_dir), before.diagnosis),
+        RunSide.of(RunFolder.load(after_dir), after.diagnosis),
+        change_note=f"server restarted with {FIX_FLAG}, as recommended",
+    )
+    print()
+    sys.stdout.write(render_text(result))
+    print(f"\nrun folders: {before_dir} (before), {after_dir} (after)")
+    print(f"again, offline: llm-diagnose verify {before_dir} {after_dir}")
+    return ExitCode.PARTIAL if (before.partial or after.partial) else result.exit_code()
+
+
+def _observe(model_dir, workdir, out, workload, args, slo, *, prefix_caching: bool):
+    """Start the tiny vLLM, drive the workload while scraping, diagnose; the RunResult."""
+    from llm_diagnose.diagnose.collect import RunPlan, run_target
+    from llm_diagnose.diagnose.demo.vllm_server import VllmServer
+
     trace = workload.write_trace(out / "workload.jsonl")
     _say("starting a real vLLM CPU server on 127.0.0.1 (about 30-60 s)")
-    with VllmServer(model_dir, workdir / "server") as server:
+    with VllmServer(model_dir, workdir / "server", prefix_caching=prefix_caching) as server:
         _say(
             f"server ready at {server.url}; sending {args.requests} requests with a shared system prompt "
             f"({workload.concurrency} at a time) while scraping /metrics for {args.duration:g} s"
         )
-
         sent: list[tuple[int, int]] = []
 
         async def drive(base_url, found, run_dir):
@@ -107,11 +152,8 @@ def run(args: argparse.Namespace) -> int:
     completed, failed = sent[0]
     if completed == 0:
         raise TargetError(
-            f"none of the demo's {failed} requests completed (see {out / REQUESTS} and the "
-            f"server log {server.log_path})"
+            f"none of the demo's {failed} requests completed (see {out / REQUESTS} and the server log "
+            f"{server.log_path})"
         )
     _say(f"{completed} requests completed, {failed} failed")
-    sys.stdout.write(console.render(result.diagnosis, result.evidence))
-    print(f"\nrun folder: {out} (evidence.json, diagnosis.json, summary.txt, metrics.jsonl, workload.jsonl)")
-    print(f"re-diagnose offline: llm-diagnose decide {out}")
-    return ExitCode.PARTIAL if result.partial else ExitCode.OK
+    return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.collect import RunPlan, run_target
@@ -30,6 +31,7 @@ EXAMPLE = """example:
   llm-diagnose run --url http://127.0.0.1:8000 --duration 60 --out runs/staging
   llm-diagnose run --url http://127.0.0.1:8000 --out runs/staging-active --active \\
       --budget-requests 150 --budget-seconds 60
+  llm-diagnose run --url http://127.0.0.1:8000 --out runs/after --active --replay runs/staging-active
   llm-diagnose run --url http://10.0.0.7:8000 --duration 300 --interval 5 --out runs/prod-a --offline
   llm-diagnose run --url http://127.0.0.1:8000 --out runs/chat --slo itl:p99:100ms --slo ttft:p99:2s"""
 
@@ -70,8 +72,15 @@ def register(sub) -> None:
     active.add_argument(
         "--experiments",
         metavar="LIST",
-        default=",".join(ALL_EXPERIMENTS),
-        help=f"comma-separated subset of {','.join(ALL_EXPERIMENTS)}",
+        help=f"comma-separated subset of {','.join(ALL_EXPERIMENTS)} (default: all)",
+    )
+    active.add_argument(
+        "--replay",
+        metavar="SOURCE",
+        type=Path,
+        help="instead of the experiments, send an earlier run's requests in its pattern: its folder, its "
+        "inputs.jsonl (the exact bodies), its requests.jsonl (the same lengths), or a trace file; "
+        "within the budget (with --active; not with --experiments)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     add_workload_flags(p)
@@ -100,20 +109,70 @@ class Progress:
         self.stream.flush()
 
 
+def _budget(args: argparse.Namespace):
+    from llm_diagnose.probes.load.budget import ActiveBudget
+
+    try:
+        return ActiveBudget(max_requests=args.budget_requests, max_seconds=args.budget_seconds, max_rps=args.max_rps)
+    except ValueError as exc:
+        raise UsageError(f"active budget: {exc}") from None
+
+
+def _read_replay(args: argparse.Namespace):
+    """The --replay source, read before anything is sent or written; bad input is a usage error.
+
+    --replay with --experiments is refused rather than one of them ignored: they ask for different
+    traffic, and a replay meant to be comparable must not quietly become something else.
+    """
+    from llm_diagnose.probes.load.replay_inputs import ReplayError, read_replay_source
+
+    if not args.active:
+        raise UsageError("--replay sends requests: add --active (and a budget) to allow it")
+    if args.experiments is not None:
+        raise UsageError("--replay sends the recorded requests instead of the experiments: drop --experiments")
+    budget = _budget(args)
+    try:
+        return read_replay_source(args.replay, trace_limit=budget.max_requests)
+    except ReplayError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _replay_hook(args: argparse.Namespace, source):
+    """Plan the replay (one GET /v1/models for the served model), say what will be sent, return the sender."""
+    from llm_diagnose.probes.experiments import discover_model
+    from llm_diagnose.probes.http import ProbeHTTPError, make_session, normalize_base_url
+    from llm_diagnose.probes.load.replay_inputs import plan_replay, run_replay
+
+    budget = _budget(args)
+
+    async def served() -> str | None:
+        async with make_session() as session:
+            try:
+                return (await discover_model(session, normalize_base_url(args.url)))[0]
+            except ProbeHTTPError:
+                return None  # run_target meets the same failure and says so
+
+    plan = plan_replay(source, budget, asyncio.run(served()))
+    print(f"llm-diagnose: --active will send, {budget.describe()}:\n{plan.describe()}", file=sys.stderr)
+
+    async def active(base_url, found, run_dir):
+        return await run_replay(base_url, plan, budget, run_dir)
+
+    return active
+
+
 def _active_hook(args: argparse.Namespace):
     """Plan the experiments, say what will be sent, and return the coroutine that sends it."""
-    from llm_diagnose.probes.experiments import ActiveBudget, describe_plan, prepare_plan, run_experiments
+    from llm_diagnose.probes.experiments import describe_plan, prepare_plan, run_experiments
 
-    chosen = tuple(e.strip() for e in args.experiments.split(",") if e.strip())
+    listed = ",".join(ALL_EXPERIMENTS) if args.experiments is None else args.experiments
+    chosen = tuple(e.strip() for e in listed.split(",") if e.strip())
     unknown = sorted(set(chosen) - set(ALL_EXPERIMENTS))
     if unknown or not chosen:
         raise UsageError(
             f"--experiments: unknown {', '.join(unknown) or '(none given)'}; choose from {','.join(ALL_EXPERIMENTS)}"
         )
-    try:
-        budget = ActiveBudget(max_requests=args.budget_requests, max_seconds=args.budget_seconds, max_rps=args.max_rps)
-    except ValueError as exc:
-        raise UsageError(f"active budget: {exc}") from None
+    budget = _budget(args)
     plan = asyncio.run(prepare_plan(args.url, None, budget, chosen))  # GET /v1/models only
     print(f"llm-diagnose: --active will send, {budget.describe()}:\n{describe_plan(plan)}", file=sys.stderr)
 
@@ -131,8 +190,12 @@ def run(args: argparse.Namespace) -> int:
     if args.interval > args.duration:
         raise UsageError(f"--interval ({args.interval:g} s) is longer than --duration ({args.duration:g} s)")
     thresholds, slo = load_thresholds(args.thresholds), load_slo(args)  # before the target is touched
+    replay = _read_replay(args) if args.replay is not None else None  # bad input: nothing sent
     prepare_out_dir(args.out)  # an unusable --out fails now, not after the window
-    active = _active_hook(args) if args.active else None
+    if replay is not None:
+        active = _replay_hook(args, replay)
+    else:
+        active = _active_hook(args) if args.active else None
     duration = max(args.duration, args.budget_seconds) if active else args.duration  # watch the whole load
     plan = RunPlan(
         url=args.url,

@@ -175,9 +175,7 @@ def _build_weights(out: Path, size: str) -> None:
         **SIZES[size],
     )
     torch.manual_seed(SEED)
-    # transformers declares `to` as @wraps(torch.nn.Module.to): typeshed's `wraps` gives the bound
-    # method the unbound signature, so mypy takes the dtype for `self`.
-    model = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model.save_pretrained(out)
 

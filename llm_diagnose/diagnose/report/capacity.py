@@ -8,7 +8,9 @@ markdown.cell) before it is laid out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
+from typing import Any
 
 from llm_diagnose.diagnose.report.svg import BLUE, GREEN, GREY, ORANGE, PURPLE, Chart
 from llm_diagnose.diagnose.runfolder import CAPACITY_PLAN as PLAN_FILE  # the run folder reads it (RunFolder)
@@ -22,7 +24,7 @@ def _rate(v: float | None) -> str:
     return "-" if v is None else f"{v:.3g}/s"
 
 
-def _rows(plan: dict) -> list[list[str]]:
+def _rows(plan: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for s in plan["scenarios"]:
         g = s["goodput_per_replica_rps"]
@@ -39,14 +41,14 @@ def _rows(plan: dict) -> list[list[str]]:
     return rows
 
 
-def _error_text(plan: dict) -> str:
+def _error_text(plan: Mapping[str, Any]) -> str:
     err = plan.get("model_error")
     if not err or err.get("max_abs_error") is None:
         return "model error: not validated (no held-back measurements)"
     return f"model error against what the server did (held-back requests), {err['summary']}"
 
 
-def _measured_text(plan: dict) -> str | None:
+def _measured_text(plan: Mapping[str, Any]) -> str | None:
     m = plan.get("measured_goodput")
     if not m or not m.get("measured"):
         return None
@@ -63,7 +65,7 @@ def _measured_text(plan: dict) -> str | None:
     )
 
 
-def console_text(plan: dict) -> str:
+def console_text(plan: Mapping[str, Any]) -> str:
     out = [
         f"Capacity plan for {plan['target_rps']:g} requests/s under {', '.join(plan['slo'])}",
         f"  workload: {plan['workload']}",
@@ -87,7 +89,7 @@ def console_text(plan: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def markdown_lines(plan: dict) -> list[str]:
+def markdown_lines(plan: Mapping[str, Any]) -> list[str]:
     from llm_diagnose.diagnose.report.markdown import cell, text
 
     out = [
@@ -110,7 +112,7 @@ def markdown_lines(plan: dict) -> list[str]:
     return out
 
 
-def goodput_svg(plan: dict) -> str | None:
+def goodput_svg(plan: Mapping[str, Any]) -> str | None:
     """Goodput of R replicas against R, one line per scenario, with the target as a horizontal line."""
     lines = []
     for s in plan["scenarios"]:
@@ -139,7 +141,7 @@ def goodput_svg(plan: dict) -> str | None:
     return chart.svg()
 
 
-def html_section(plan: dict) -> str:
+def html_section(plan: Mapping[str, Any]) -> str:
     rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in _rows(plan))
     table = (
         "<table><thead><tr><th>scenario</th><th>goodput per replica</th><th>replicas</th><th>GPUs</th>"

@@ -148,7 +148,7 @@ def _comparison(c: Comparison) -> dict:
 
 
 def _evidence_rows(evidence: Evidence | None, keys: Iterable[str], scrub: _Redactor) -> list[dict]:
-    rows = []
+    rows: list[dict] = []
     for key in keys:
         if evidence is None:
             rows.append({"key": key, "value": "(evidence file not available)", "how": "", "note": ""})

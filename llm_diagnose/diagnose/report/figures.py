@@ -192,7 +192,7 @@ def itl_over_time(run: RunFolder | None) -> Figure:
 def memory_breakdown(evidence: Evidence | None) -> Figure:
     fid, title = "memory", "Accelerator memory: weights, KV cache, free"
     total = _value(evidence, Q.DEVICE_TOTAL_BYTES) if evidence is not None else None
-    if not total:
+    if evidence is None or not total:
         return Figure(
             fid, title, missing=_why_missing(evidence, Q.DEVICE_TOTAL_BYTES, default="device memory was not measured")
         )
@@ -256,9 +256,9 @@ def prefix_reuse(evidence: Evidence | None) -> Figure:
     if curve:
         chart.line([c for c, _ in curve], [f for _, f in curve], BLUE, label="LRU cache of that size")
         chart.points([c for c, _ in curve], [f for _, f in curve], BLUE, r=3, opacity=1)
-    if own:
-        chart.vline(capacity, ORANGE, label=f"server's KV capacity {short(capacity)}")
-        chart.points([capacity], [at_capacity], ORANGE, r=5, opacity=1)
+    for cap, at in own:
+        chart.vline(cap, ORANGE, label=f"server's KV capacity {short(cap)}")
+        chart.points([cap], [at], ORANGE, r=5, opacity=1)
     return Figure(
         fid,
         title,
@@ -303,12 +303,12 @@ def decode_vs_batch(evidence: Evidence | None) -> Figure:
         fb = sorted(floors)
         chart.line(fb, [floors[b] * 1e3 for b in fb], GREY, width=2.5, dash="6 3", label="roofline floor")
     sb = sorted(steps)
-    with_spread = [b for b in sb if steps[b].summary is not None]
-    if with_spread:
+    spreads = [(b, s) for b in sb if (s := steps[b].summary) is not None]
+    if spreads:
         chart.whiskers(
-            with_spread,
-            [steps[b].summary.p05 * 1e3 for b in with_spread],
-            [steps[b].summary.p95 * 1e3 for b in with_spread],
+            [b for b, _ in spreads],
+            [s.p05 * 1e3 for _, s in spreads],
+            [s.p95 * 1e3 for _, s in spreads],
             BLUE,
         )
     chart.line(sb, [steps[b].value * 1e3 for b in sb], BLUE, width=1.2)

@@ -16,9 +16,10 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -44,6 +45,7 @@ from llm_diagnose.probes.experiments.interference import run_interference
 from llm_diagnose.probes.experiments.plan import (
     ALL_EXPERIMENTS,
     ExperimentPlan,
+    StepPlan,
     describe_plan,
     plan_experiments,
 )
@@ -67,6 +69,9 @@ from llm_diagnose.probes.load.records import (
 from llm_diagnose.probes.load.runner import Driver
 from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Provenance, Result
 
+if TYPE_CHECKING:
+    from llm_diagnose.probes.metrics.window import ScrapeRecord
+
 __all__ = [
     "ALL_EXPERIMENTS",
     "ActiveBudget",
@@ -87,7 +92,8 @@ EXPERIMENT_KEYS: dict[str, tuple[str, ...]] = {
     "prefix": PREFIX_KEYS,
     "spec": SPEC_KEYS,
 }
-_RUNNERS = {
+# Each runner takes its own plan type: `step` is the plan of the experiment named.
+_RUNNERS: dict[str, Callable[[ExperimentContext, Any, float], Awaitable[ExperimentOutcome]]] = {
     "decode": run_decode,
     "interference": run_interference,
     "heterogeneity": run_heterogeneity,
@@ -140,7 +146,7 @@ def metrics_reader(session: aiohttp.ClientSession, metrics_url: str) -> MetricsR
     """A MetricsReader over llm_diagnose.probes.metrics' scrape_once (one GET per call, never raises)."""
     from llm_diagnose.probes.metrics.scraper import scrape_once
 
-    async def read() -> object:
+    async def read() -> ScrapeRecord | None:
         record, _, _ = await scrape_once(session, metrics_url)
         return record
 
@@ -184,7 +190,7 @@ async def run_experiments(
     local = is_local_target(base)
     try:
         async with StreamingClient(base, model or "", timeouts=timeouts) as client:
-            client.on_body = _input_recorder(inputs_out, time.perf_counter())
+            client.on_body = input_recorder(inputs_out, time.perf_counter())
             notes: list[str] = []
             max_len: int | None = None
             if not model or plan is None:
@@ -254,7 +260,7 @@ async def run_experiments(
                 )
             assert run_health.health is not None
             results.update(run_health.health.measurements(source))
-            results.update(_run_summary(driver, source, run_health.health.window_s))
+            results.update(run_summary(driver, source, run_health.health.window_s))
             results.update(agreement.run_level(side_by_side, source))
             run_notes = [*ctx.notes, *client.negotiated]
             if run_notes:
@@ -277,7 +283,7 @@ async def run_experiments(
     return results
 
 
-def _input_recorder(out: JsonlWriter, t0: float) -> Callable[[RequestSpec, str, bytes], None]:
+def input_recorder(out: JsonlWriter, t0: float) -> Callable[[RequestSpec, str, bytes], None]:
     """Writes each request body as it leaves (resends included) to inputs.jsonl: with the path
     and the offset from the run's start, another client can send the same requests in the same
     pattern. The API key travels in a header and is never written."""
@@ -303,7 +309,7 @@ def _input_recorder(out: JsonlWriter, t0: float) -> Callable[[RequestSpec, str, 
 
 async def _run_one(
     name: str,
-    step: object,
+    step: StepPlan,
     ctx: ExperimentContext,
     guard: BudgetGuard,
     client: StreamingClient,
@@ -330,13 +336,12 @@ async def _run_one(
             if not ctx.driver.server_gone
             else "check that the server is up (its log), then run again",
         )
-    cap = step.time_cap_s  # type: ignore[attr-defined]
+    cap = step.time_cap_s
+    ctx.driver.first_attempt()
     for attempt in (1, 2):
         outcome, health, server = await _attempt(name, step, ctx, guard, client, local)
         starved = health.starved(outcome.starvation_scale_s)
-        room = guard.remaining_s >= cap + reserve[0] and guard.remaining_requests >= (
-            step.requests + reserve[1]  # type: ignore[attr-defined]
-        )
+        room = guard.remaining_s >= cap + reserve[0] and guard.remaining_requests >= step.requests + reserve[1]
         if not starved or attempt == 2 or not room or ctx.driver.server_gone:
             break
         dropped = ctx.driver.begin_attempt()
@@ -385,20 +390,20 @@ async def _run_one(
 
 
 async def _attempt(
-    name: str, step: object, ctx: ExperimentContext, guard: BudgetGuard, client: StreamingClient, local: bool
+    name: str, step: StepPlan, ctx: ExperimentContext, guard: BudgetGuard, client: StreamingClient, local: bool
 ) -> tuple[ExperimentOutcome, ClientHealth, ServerDelta]:
     """One run of an experiment within its time cap, the client's health over it, and what the
     engine's metrics say happened meanwhile (unavailable without a metrics URL)."""
     keys = EXPERIMENT_KEYS[name]
     now = time.perf_counter()
-    cap = step.time_cap_s  # type: ignore[attr-defined]
+    cap = step.time_cap_s
     deadline = min(guard.deadline, now + cap)
     ctx.events.event("experiment-start", experiment=name, time_cap_s=round(deadline - now, 3))
     before = await ctx.scrape()  # the engine's histograms, for the client-vs-server comparison
     async with HealthWindow(client.counters, local) as window:
         try:
             async with asyncio.timeout(deadline - now + GRACE_S):
-                outcome = await _RUNNERS[name](ctx, step, deadline)  # type: ignore[arg-type, operator]
+                outcome = await _RUNNERS[name](ctx, step, deadline)
         except TimeoutError:
             outcome = ExperimentOutcome(not_measured(keys, f"{name} did not finish within its {cap:.0f} s"))
         except Exception as exc:  # noqa: BLE001 - one broken experiment must not lose the others
@@ -411,7 +416,7 @@ async def _attempt(
     return outcome, window.health, ServerDelta(before, after)
 
 
-def _run_summary(driver: Driver, source: str, window_s: float) -> dict[str, Result]:
+def run_summary(driver: Driver, source: str, window_s: float) -> dict[str, Result]:
     records = driver.records
     prov = Provenance(method="active-probe/run", source=source, window_s=window_s)
     if not records:
@@ -421,7 +426,8 @@ def _run_summary(driver: Driver, source: str, window_s: float) -> dict[str, Resu
     failed = [r for r in records if r.server_fault]
     kinds: dict[str, int] = {}
     for r in failed:
-        kinds[r.fault.value] = kinds.get(r.fault.value, 0) + 1  # type: ignore[union-attr]
+        if r.fault is not None:  # (a server fault always is one)
+            kinds[r.fault.value] = kinds.get(r.fault.value, 0) + 1
     detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])) or "none"
     return {
         Q.ACTIVE_REQUESTS_SENT: Measurement(

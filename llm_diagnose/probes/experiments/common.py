@@ -14,6 +14,7 @@ import statistics
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from llm_diagnose.probes.load.faults import FaultKind
 from llm_diagnose.probes.load.health import ClientHealth
@@ -22,6 +23,10 @@ from llm_diagnose.probes.load.records import Endpoint, JsonlWriter, RequestRecor
 from llm_diagnose.probes.load.runner import Driver
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, Summary
 from llm_diagnose.probes.stats import StatisticSpec, bootstrap_comparison
+
+if TYPE_CHECKING:  # imported where used: an experiment without a metrics URL never loads the parser
+    from llm_diagnose.probes.metrics.engines import Sel
+    from llm_diagnose.probes.metrics.window import ScrapeRecord, Window
 
 __all__ = [
     "MetricsReader",
@@ -35,13 +40,12 @@ __all__ = [
     "ratio_with_bootstrap_ci",
     "not_measured",
     "with_warnings",
-    "median_or_none",
     "burst_warning",
 ]
 
 # The scraper the caller passes: an async callable returning one llm_diagnose.probes.metrics ScrapeRecord
 # (llm_diagnose.probes.metrics.scraper.scrape_once gives one); None where a scrape failed.
-MetricsReader = Callable[[], Awaitable[object]]
+MetricsReader = Callable[[], Awaitable["ScrapeRecord | None"]]
 
 TIMER = (
     "time.perf_counter (CLOCK_MONOTONIC), read when a socket read returns and before it is parsed; "
@@ -64,7 +68,7 @@ class ExperimentContext:
     rng: random.Random = field(default_factory=random.Random)
     notes: list[str] = field(default_factory=list)
 
-    async def scrape(self) -> object | None:
+    async def scrape(self) -> ScrapeRecord | None:
         """A settled scrape of the server's metrics, or None (no scraper, or it failed)."""
         if self.metrics is None:
             return None
@@ -104,7 +108,7 @@ SETTLE_PAUSE_S = 0.05
 SETTLE_TRIES = 20  # at most a second
 
 
-def _counters(record: object) -> frozenset:
+def _counters(record: ScrapeRecord | None) -> frozenset:
     """Every counter value and histogram count of a scrape (NaN left out: it never equals itself)."""
     scrape = getattr(record, "scrape", None)
     if scrape is None:
@@ -120,7 +124,7 @@ def _counters(record: object) -> frozenset:
     return frozenset(values)
 
 
-async def settled_scrape(read: MetricsReader) -> object | None:
+async def settled_scrape(read: MetricsReader) -> ScrapeRecord | None:
     """A scrape taken once the engine's counters stopped moving (None: no good scrape).
 
     A response reaches the client before the engine's statistics for it reach /metrics
@@ -148,17 +152,17 @@ class ServerDelta:
     `counter()` and `histogram_mean()` read single concepts the passive keys do not carry.
     """
 
-    def __init__(self, before: object | None, after: object | None) -> None:
+    def __init__(self, before: ScrapeRecord | None, after: ScrapeRecord | None) -> None:
         self.available = before is not None and after is not None
         self.engine: str | None = None
-        self._window = None
+        self._window: Window | None = None
         self._passive: dict[str, Result] | None = None
-        if not self.available:
+        if before is None or after is None or after.scrape is None:  # (a settled scrape has its page)
             return
         from llm_diagnose.probes.metrics.engines import ENGINE_METRICS, detect_engine
         from llm_diagnose.probes.metrics.window import Window
 
-        self._window = Window("metrics", (before, after))  # type: ignore[arg-type]
+        self._window = Window("metrics", (before, after))
         self.engine = detect_engine(after.scrape).engine
         self._table = ENGINE_METRICS.get(self.engine or "", {})
 
@@ -172,28 +176,29 @@ class ServerDelta:
             self._passive = passive_evidence(self._window)
         return self._passive
 
-    def _selector(self, concept: str):  # type: ignore[no-untyped-def]
+    def _selector(self, concept: str) -> tuple[Window, Sel] | None:
+        """The window and the concept's plain selector; None without a window or when the engine lacks it."""
         from llm_diagnose.probes.metrics.engines import Sel
 
         if self._window is None:
             return None
         sel = self._window.resolve(self._table.get(concept, ()))
-        return sel if isinstance(sel, Sel) else None
+        return (self._window, sel) if isinstance(sel, Sel) else None
 
     def counter(self, concept: str) -> float | None:
         """The increase of a plain counter concept; None when the engine lacks it."""
-        sel = self._selector(concept)
-        return None if sel is None else self._window.counter(sel).total  # type: ignore[union-attr]
+        found = self._selector(concept)
+        return None if found is None else found[0].counter(found[1]).total
 
     def histogram_mean(self, concept: str) -> tuple[float, float] | None:
         """(mean, count) of the observations a histogram concept gained; None when none.
 
         The mean is exact (the histogram's _sum over its _count), whatever the bucket edges.
         """
-        sel = self._selector(concept)
-        if sel is None:
+        found = self._selector(concept)
+        if found is None:
             return None
-        inc = self._window.histogram(sel)  # type: ignore[union-attr]
+        inc = found[0].histogram(found[1])
         return None if inc.mean is None else (inc.mean, inc.count)
 
 
@@ -237,10 +242,6 @@ def burst_warning(gaps: Sequence[float]) -> str | None:
     )
 
 
-def median_or_none(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
 # The vectorised forms of the statistics experiments pass (a per-resample Python call is ~14x slower).
 _VECTORISED: dict[Callable[..., float], StatisticSpec] = {
     statistics.median: "median",
@@ -254,10 +255,11 @@ def _vectorised(statistic: Callable[[Sequence[float]], float]) -> StatisticSpec:
     if statistic in _VECTORISED:
         return _VECTORISED[statistic]
 
-    def per_row(values, axis=None):  # type: ignore[no-untyped-def]
+    def per_row(values, axis=None):
         import numpy as np
 
-        return statistic(values) if axis is None else np.apply_along_axis(statistic, axis, values)
+        # A row is an ndarray, which numpy's stubs do not count as the Sequence the statistic takes.
+        return statistic(values) if axis is None else np.apply_along_axis(statistic, axis, values)  # type: ignore[call-overload]
 
     return per_row
 
@@ -304,7 +306,3 @@ def with_warnings(results: dict[str, Result], warnings: Sequence[str]) -> dict[s
             r = replace(r, warnings=merged)
         out[key] = r
     return out
-
-
-def health_warnings(health: ClientHealth | None, median_gap_s: float | None) -> tuple[str, ...]:
-    return () if health is None else health.warnings(median_gap_s)

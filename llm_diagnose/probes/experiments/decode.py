@@ -26,6 +26,7 @@ from llm_diagnose.probes.experiments.common import (
     fault_summary,
     gaps_of,
     not_measured,
+    ratio_with_bootstrap_ci,
 )
 from llm_diagnose.probes.experiments.plan import DecodePlan
 from llm_diagnose.probes.load.health import ClientHealth
@@ -49,6 +50,10 @@ AGREEMENT_TOLERANCE = 0.25
 AGREEMENT_SLACK_S = 0.001
 MIN_GAPS = 10
 BATCH1_TIME_SHARE = 0.5
+BATCH1_AFTER_TIME_SHARE = 0.15  # of the time left after batch 1, kept for the closing batch-1 bracket
+# Mean batch-1 gap at the end against the start beyond this factor (either way): the host or
+# the engine changed speed during the experiment, so the growth is not the batch's alone.
+DRIFT_LIMIT = 1.5
 
 
 def _spec(ctx: ExperimentContext, plan: DecodePlan, phase: str, i: int) -> RequestSpec:
@@ -79,22 +84,37 @@ async def run_decode(ctx: ExperimentContext, plan: DecodePlan, deadline: float) 
         batch1.append(record)
     after = await ctx.scrape()
     levels: dict[int, list[RequestRecord]] = {}
+    levels_until = deadline - (deadline - time.perf_counter()) * BATCH1_AFTER_TIME_SHARE
     for k, c in enumerate(plan.concurrency_levels):
         now = time.perf_counter()
-        if now >= deadline or driver.guard.exhausted():
+        if now >= levels_until or driver.guard.exhausted():
             break
-        share = (deadline - now) / (len(plan.concurrency_levels) - k)
+        share = (levels_until - now) / (len(plan.concurrency_levels) - k)
         tasks = [driver.start(_spec(ctx, plan, f"concurrency-{c}", i)) for i in range(c)]
         _, pending = await asyncio.wait(tasks, timeout=share)
         if pending:  # the gaps measured so far still count (the streams are stopped, not failed)
             await driver.stop_all(f"decode: concurrency {c} ran past its share of the time")
         levels[c] = driver.records_of("decode", f"concurrency-{c}")
-    return analyse_decode(ctx, batch1, levels, ServerDelta(before, after))
+    closing: list[RequestRecord] = []
+    for i in range(plan.batch1_after_requests if levels else 0):
+        if time.perf_counter() >= deadline:
+            break
+        record = await driver.send(_spec(ctx, plan, "batch-1-after", i))
+        if record is None:
+            break
+        closing.append(record)
+    return analyse_decode(ctx, batch1, levels, ServerDelta(before, after), closing)
 
 
 def analyse_decode(
-    ctx: ExperimentContext, batch1: list[RequestRecord], levels: dict[int, list[RequestRecord]], server: ServerDelta
+    ctx: ExperimentContext,
+    batch1: list[RequestRecord],
+    levels: dict[int, list[RequestRecord]],
+    server: ServerDelta,
+    closing: list[RequestRecord] | None = None,
 ) -> ExperimentOutcome:
+    """`closing`: the batch-1 requests after the levels; with them the baseline brackets the
+    levels and a change of speed during the experiment shows as drift (DRIFT_LIMIT)."""
     gaps = gaps_of(batch1)
     all_records = batch1 + [r for rs in levels.values() for r in rs]
     faults = fault_summary(all_records)
@@ -121,10 +141,21 @@ def analyse_decode(
     }
     # Growth with concurrency, from mean gaps: a mean is the stream's span over its tokens, so
     # tokens that arrive in bursts (a busy host) do not zero it the way they zero a median.
-    level_gaps = {1: gaps}
+    after_gaps = gaps_of(closing or [])
+    level_gaps = {1: gaps + after_gaps}
     for c, records in sorted(levels.items()):
         if len(gaps_of(records)) >= MIN_GAPS:
             level_gaps[c] = gaps_of(records)
+    growth_warnings = warnings
+    if after_gaps and statistics.fmean(after_gaps) > 0 and statistics.fmean(gaps) > 0:
+        drift = statistics.fmean(gaps) / statistics.fmean(after_gaps)
+        if max(drift, 1 / drift) > DRIFT_LIMIT:
+            growth_warnings = (
+                *warnings,
+                f"batch-1 gaps drifted {drift:.2f}x between the start ({statistics.fmean(gaps) * 1e3:.2f} ms) and "
+                f"the end ({statistics.fmean(after_gaps) * 1e3:.2f} ms) of the experiment: the host or the engine "
+                "changed speed, so the growth is not the batch's alone",
+            )
     if len(level_gaps) > 1:
         top = max(level_gaps)
         means = {c: statistics.fmean(g) for c, g in level_gaps.items()}
@@ -137,13 +168,18 @@ def analyse_decode(
             warnings=warnings,
             note=f"median gap with {top} concurrent streams; mean gaps: {curve}",
         )
+        growth, growth_summary = ratio_with_bootstrap_ci(
+            level_gaps[top], level_gaps[1], seed=len(level_gaps[top]), statistic=statistics.fmean
+        )
         results[Q.DECODE_ITL_GROWTH] = Measurement(
-            means[top] / means[1],
+            growth,
             "ratio",
             prov,
-            warnings=warnings,
-            note=f"mean gap at {top} streams / at 1 ({curve}): near 1 means decode is memory-bound and "
-            "batching is free; near the stream count means each step is compute-bound",
+            summary=growth_summary,
+            warnings=growth_warnings,
+            note=f"mean gap at {top} streams / at 1 ({curve}; batch 1 before and after the levels): near 1 "
+            "means decode is memory-bound and batching is free; near the stream count means each step is "
+            "compute-bound",
         )
     else:
         results.update(

@@ -1,8 +1,9 @@
 """Output-length heterogeneity under concurrency (Q3): do short requests wait for long ones?
 
 Each round starts `peers` requests, then (a moment later, so the peers are admitted first)
-one short probe request. A warm-up round of each kind comes first and is not analysed. Control rounds give the peers the probe's own short length; test
-rounds give them a long one. Control and test rounds alternate, so drift hits both alike.
+one short probe request. A warm-up round of each kind comes first and is not analysed. Control
+rounds give the peers the probe's own short length; test rounds give them a long one. Control
+and test rounds alternate, so drift hits both alike.
 
 slowdown = median probe latency beside long peers / median beside short peers, at the same
 number in flight. Normalising by the control (rather than by the probe alone) removes the

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Union
 
 from llm_diagnose.probes.load.budget import ActiveBudget
 from llm_diagnose.probes.load.records import ENDPOINT_PATHS, Endpoint
@@ -48,17 +47,30 @@ class DecodePlan:
     output_tokens: int = 64
     concurrency_levels: tuple[int, ...] = (2, 4, 8)
     time_cap_s: float = 8.0
+    # Batch-1 requests again after the concurrency levels: the baseline brackets them, so a
+    # host or engine that changed speed mid-experiment shows as drift instead of as growth
+    # (a shared 2-core host once ran batch 1 five times slower than the levels after it).
+    batch1_after_requests: int = 2
 
     @property
     def requests(self) -> int:
-        return self.batch1_requests + sum(self.concurrency_levels)
+        return (
+            self.batch1_requests
+            + sum(self.concurrency_levels)
+            + (self.batch1_after_requests if self.concurrency_levels else 0)
+        )
 
     def describe(self) -> str:
         levels = ", ".join(str(c) for c in self.concurrency_levels)
         return (
             f"{self.batch1_requests} sequential requests of {self.prompt_tokens} prompt + {self.output_tokens} "
             f"output tokens (batch 1)"
-            + (f", then {levels} concurrent streams of {self.output_tokens} tokens" if self.concurrency_levels else "")
+            + (
+                f", then {levels} concurrent streams of {self.output_tokens} tokens, then "
+                f"{self.batch1_after_requests} at batch 1 again"
+                if self.concurrency_levels
+                else ""
+            )
         )
 
 
@@ -171,7 +183,7 @@ class SpecPlan:
         )
 
 
-StepPlan = Union[DecodePlan, InterferencePlan, HeterogeneityPlan, PrefixPlan, SpecPlan]
+StepPlan = DecodePlan | InterferencePlan | HeterogeneityPlan | PrefixPlan | SpecPlan
 _NATURAL: dict[str, StepPlan] = {
     "decode": DecodePlan(),
     "interference": InterferencePlan(),

@@ -128,8 +128,9 @@ class ClientHealth:
         The client was starved when its event loop stalled (STALL_S: it did not run at all, and
         timed phases ran late), or its lag p99 reached LAG_FRACTION_OF_GAP of the shortest
         interval the experiment measures (`median_gap_s`: a token gap or a probe's latency), or
-        LAG_ABSOLUTE_S when none is known: a timestamp late by that much moves the figure itself. Seen here: p99 444 ms beside ~80 ms probes on a loaded 2-core host made a
-        continuously batching vLLM read as "short requests wait for long ones".
+        LAG_ABSOLUTE_S when none is known: a timestamp late by that much moves the figure itself.
+        Seen here: p99 444 ms beside ~80 ms probes on a loaded 2-core host made a continuously
+        batching vLLM read as "short requests wait for long ones".
         """
         lag = self.loop_lag_p99_s
         scale = median_gap_s if median_gap_s and median_gap_s > 0 else None

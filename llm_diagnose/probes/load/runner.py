@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import replace
+from typing import Any, TypeVar
 
 from llm_diagnose.probes.load.budget import BudgetGuard
 from llm_diagnose.probes.load.client import StreamingClient
@@ -27,6 +28,7 @@ __all__ = ["Driver", "SERVER_GONE_AFTER"]
 
 SERVER_GONE_AFTER = 3  # refused/dropped connections in a row before the server counts as gone
 _GONE_FAULTS = frozenset({FaultKind.UNREACHABLE, FaultKind.CONNECTION_LOST, FaultKind.TIMEOUT_CONNECT})
+_T = TypeVar("_T")  # what a tracked coroutine returns
 
 
 class Driver:
@@ -133,6 +135,11 @@ class Driver:
         self.attempt += 1
         return self._attempt_start
 
+    def first_attempt(self) -> None:
+        """A new experiment starts at attempt 1: its ids carry no suffix (a repeat of the one
+        before does not rename the ones after it)."""
+        self.attempt = 1
+
     def attempt_id(self, request_id: str) -> str:
         """The id a request goes out under: unique across attempts (`-try2` on a repeat's)."""
         suffix = f"-try{self.attempt}"
@@ -179,7 +186,7 @@ class Driver:
         self.not_sent += len(queue)
         return out
 
-    def start_coroutine(self, coro) -> asyncio.Task:  # type: ignore[no-untyped-def]
+    def start_coroutine(self, coro: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
         """Track an arbitrary coroutine that sends (a closed-loop worker, a steady stream)."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)

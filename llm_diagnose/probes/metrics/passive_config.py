@@ -68,11 +68,11 @@ def config_facts(ctx: PassiveContext) -> dict[str, Result]:
     for concept, key in (("weights_gib", WEIGHTS_BYTES), ("kv_cache_gib", KV_CACHE_BYTES)):
         cand = ctx.resolve(concept)
         value = ctx.window.latest(cand, "sum") if cand is not None else None
-        if value is not None and key not in out:
+        if cand is not None and value is not None and key not in out:
             out[key] = Measurement(
                 value * GIB,
                 "bytes",
-                ctx.prov("prometheus-gauge", cand.describe()),  # type: ignore[union-attr]
+                ctx.prov("prometheus-gauge", cand.describe()),
                 note="engine-reported, GiB converted to bytes",
             )
     if WEIGHTS_BYTES not in out:

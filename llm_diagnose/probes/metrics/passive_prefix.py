@@ -30,7 +30,9 @@ def prefix_cache(ctx: PassiveContext) -> dict[str, Result]:
         if not hits.intervals:
             out[PREFIX_HIT_RATE] = out[PREFIX_QUERIED_TOKENS] = too_few(ctx, pair.describe())
             return out
-        other = ctx.window.counter(pair.queries or pair.misses)  # type: ignore[arg-type]
+        counted = pair.queries if pair.queries is not None else pair.misses
+        assert counted is not None  # a HitPair counts lookups or misses (see HitPair.describe)
+        other = ctx.window.counter(counted)
         looked_up = other.total if pair.queries is not None else hits.total + other.total
         prov = ctx.prov("prometheus-counter-delta", pair.describe())
         block = _block_size(ctx)

@@ -47,7 +47,9 @@ def window_facts(ctx: PassiveContext) -> dict[str, Result]:
 def identity(ctx: PassiveContext) -> dict[str, Result]:
     """The engine as its metric names show it, and the design facts every release of that engine has."""
     out: dict[str, Result] = {}
-    guess = detect_engine(ctx.window.first_scrape())  # type: ignore[arg-type]
+    first = ctx.window.first_scrape()
+    assert first is not None  # passive_evidence runs the producers only after a good scrape
+    guess = detect_engine(first)
     if guess.engine:
         evidence = "; ".join(guess.evidence)
         out[ENGINE_NAME] = Fact(

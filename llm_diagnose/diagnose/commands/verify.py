@@ -1,0 +1,70 @@
+"""`llm-diagnose verify BEFORE AFTER`: did the change between two runs deliver what it promised?
+
+Each run is read once (`load_run`: `RunFolder.open`), judged (`llm_diagnose.diagnose.verify.judge`)
+and rendered (`llm_diagnose.diagnose.verify.render`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from llm_diagnose.diagnose.runfolder import out_path
+
+SUMMARY = "compare two runs before and after a change: did the adopted technique deliver?"
+EXAMPLE = """example:
+  llm-diagnose verify runs/before runs/after
+  llm-diagnose verify runs/before runs/after --change "turned on prefix caching" --junit verify.xml --markdown v.md
+
+The adopted technique is identified from the configuration each run discovered (a switch turned
+on, a setting changed); --change only adds a note. With no configuration change, the techniques
+the BEFORE run's diagnosis recommended are judged.
+
+exit codes: 0 every claim delivered or no harm; 1 a claim made it worse (or a harmful side
+effect); 2 bad usage or input; 5 the runs are not comparable (different workloads), or a claim
+cannot be told with --fail-on-inconclusive"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "verify",
+        help=SUMMARY,
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compare two runs of the same server and workload, before and after a change: what "
+        "changed in the discovered configuration, which technique that adopts, whether each of its "
+        "promised effects was delivered (bootstrap interval of the change, the gate's comparison), "
+        "side effects beyond the noise, and whether the two workloads were comparable at all.",
+    )
+    p.add_argument("before", metavar="BEFORE", help="run folder (or its evidence.json) before the change")
+    p.add_argument("after", metavar="AFTER", help="run folder (or its evidence.json) after the change")
+    p.add_argument("--change", metavar="NOTE", default="", help="what was changed, in words (a note only)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON instead of text")
+    p.add_argument("--junit", type=out_path, metavar="FILE", help="also write JUnit XML here")
+    p.add_argument("--markdown", type=out_path, metavar="FILE", help="also write a Markdown summary here")
+    p.add_argument(
+        "--fail-on-inconclusive", action="store_true", help="exit 5 when a claim cannot be told from the runs"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from llm_diagnose.diagnose.commands.report import load_run
+    from llm_diagnose.diagnose.runfolder import check_out_file, write_output
+    from llm_diagnose.diagnose.verify.judge import RunSide, verify
+    from llm_diagnose.diagnose.verify.render import render_json, render_junit, render_markdown, render_text
+
+    for flag in ("junit", "markdown"):  # an output that cannot be written fails before the comparison
+        if getattr(args, flag) is not None:
+            check_out_file(getattr(args, flag), f"--{flag}")
+    sides = []
+    for path in (args.before, args.after):
+        loaded = load_run(path)
+        sides.append(RunSide.of(loaded.folder, loaded.diagnosis, loaded.note))
+    result = verify(sides[0], sides[1], change_note=args.change)
+    sys.stdout.write(render_json(result) if args.json else render_text(result))
+    if args.junit:
+        write_output(args.junit, render_junit(result), "--junit")
+    if args.markdown:
+        write_output(args.markdown, render_markdown(result), "--markdown")
+    return result.exit_code(fail_on_inconclusive=args.fail_on_inconclusive)

@@ -1,0 +1,500 @@
+"""Verify a change: did the technique adopted between two runs deliver what it promised?
+
+Pure functions over two loaded runs (`RunSide`: a `RunFolder` and its diagnosis):
+
+1. `config_diff`: the configuration each run discovered (`config.*` facts and a few engine
+   facts), and `identify_adopted`: the techniques whose switch went from off or absent to on, or
+   whose setting changed. With no change discovered, the techniques BEFORE's diagnosis
+   recommended are judged instead (the change may be outside what the probes discover).
+2. `compare_workloads`: the two runs must have put the same load on the server (prompt and
+   output lengths, requests per experiment, prefix reuse, the model): otherwise no verdict.
+3. `judge_claim`: each claim of each adopted technique (llm_diagnose.diagnose.verify.claims),
+   judged by the gate's own comparison (`llm_diagnose.diagnose.gate.compare_metric`: the
+   bootstrap interval of the change from raw samples, medians' intervals from summaries, or
+   values where there is nothing else), against the claim's minimum effect.
+4. `side_effects`: the gate's default metrics that moved beyond their tolerance with the whole
+   interval, pitfalls new in AFTER, and the SLO checks of both diagnoses.
+
+`verify` puts them together into a `VerifyResult` (llm_diagnose.diagnose.verify.result).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from llm_diagnose.diagnose.gate import compare_metric, request_measurements
+from llm_diagnose.diagnose.gate_result import Outcome
+from llm_diagnose.diagnose.gate_rules import (
+    DEFAULT_METRICS,
+    REQUEST_E2E_P50,
+    REQUEST_TPOT_P50,
+    REQUEST_TTFT_P50,
+    REQUEST_TTFT_P99,
+    GateRules,
+    GateSettings,
+    MetricRule,
+)
+from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, format_value
+from llm_diagnose.diagnose.runfolder import REQUESTS, RunFolder, RunFolderError
+from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, Diagnosis
+from llm_diagnose.diagnose.tree.evidence import Evidence
+from llm_diagnose.diagnose.verify.claims import ADOPTION, CLAIMS, SWITCHES, Claim
+from llm_diagnose.diagnose.verify.result import (
+    AdoptedTechnique,
+    ChangeKind,
+    ClaimResult,
+    ClaimVerdict,
+    Comparability,
+    ConfigChange,
+    SideEffect,
+    SloChange,
+    VerifyResult,
+    WorkloadCheck,
+)
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.results import Fact, Measurement
+
+if TYPE_CHECKING:
+    from llm_diagnose.probes.load.records import RequestRecord
+
+__all__ = [
+    "RunSide",
+    "verify",
+    "config_diff",
+    "identify_adopted",
+    "compare_workloads",
+    "judge_claim",
+    "judge_interval",
+    "side_effects",
+    "slo_changes",
+    "PROMPT_TOLERANCE",
+    "OUTPUT_TOLERANCE",
+    "REQUEST_COUNT_TOLERANCE",
+    "PREFIX_REUSE_TOLERANCE",
+    "RATE_TOLERANCE",
+]
+
+# Workload tolerances: beyond them the two runs did not put the same load on the server, and a
+# difference in latency could come from that alone.
+PROMPT_TOLERANCE = 0.10  # median prompt tokens, relative
+OUTPUT_TOLERANCE = 0.10  # median output tokens, relative
+REQUEST_COUNT_TOLERANCE = 0.10  # requests sent per experiment, relative
+PREFIX_REUSE_TOLERANCE = 0.10  # prefix.potential_fraction, absolute
+# Shown, not deciding: the load driver's experiments wait for responses (closed loop), so the
+# send rate and the requests in flight follow the server's speed, which is what the change moves.
+RATE_TOLERANCE = 0.25
+
+# Where a claim's key has a per-request counterpart from requests.jsonl, in order of preference
+# (TTFT and end-to-end latency are the same quantity timed per request; ITL's is a proxy: a
+# request's mean time per output token).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    Q.TTFT_P50: (REQUEST_TTFT_P50, Q.TTFT_P50),
+    Q.TTFT_P99: (REQUEST_TTFT_P99, Q.TTFT_P99),
+    Q.E2E_P50: (REQUEST_E2E_P50, Q.E2E_P50),
+    Q.ITL_P50: (Q.ITL_P50, REQUEST_TPOT_P50),
+}
+
+
+@dataclass(frozen=True)
+class RunSide:
+    """One run as verify reads it: its folder (evidence, request records) and its diagnosis.
+
+    `evidence` holds the folder's evidence with the per-request samples of requests.jsonl joined
+    in (`requests.ttft_p50_s`, ...), as the gate compares them.
+    """
+
+    folder: RunFolder
+    diagnosis: Diagnosis
+    evidence: Evidence
+    note: str = ""  # how the diagnosis was obtained, when that is worth saying (LoadedRun.note)
+
+    @classmethod
+    def of(cls, folder: RunFolder, diagnosis: Diagnosis, note: str = "") -> RunSide:
+        if folder.evidence is None:
+            raise RunFolderError(f"{folder.label}: verify needs the run's evidence.json (its measurements)")
+        joined = folder.evidence.with_items(request_measurements(folder.requests, str(folder.path / REQUESTS)))
+        return cls(folder, diagnosis, joined, note or folder.note)
+
+    @property
+    def label(self) -> str:
+        return self.folder.label
+
+
+# --- 1. what changed ------------------------------------------------------------------------------
+def _shown(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _config_value(evidence: Evidence, key: str) -> object:
+    r = evidence.items.get(key)
+    if isinstance(r, Fact):
+        return r.value
+    if isinstance(r, Measurement):
+        return r.value
+    return None
+
+
+def config_diff(before: Evidence, after: Evidence) -> tuple[ConfigChange, ...]:
+    """Every configuration fact either run discovered: the known ones (`ADOPTION`), then any other
+    `config.*` key, each with how it changed."""
+    keys = list(ADOPTION) + sorted(
+        {k for ev in (before, after) for k in ev.items if k.startswith("config.") and k not in ADOPTION}
+    )
+    out = []
+    for key in keys:
+        b, a = _config_value(before, key), _config_value(after, key)
+        if b is None and a is None:
+            continue
+        change: ChangeKind
+        if key in SWITCHES:
+            if a is True and b is not True:
+                change = "turned-on"
+            elif b is True and a is False:
+                change = "turned-off"
+            else:
+                change = "same" if b == a else "newly-known" if b is None else "no-longer-known"
+        elif b is None:
+            change = "newly-known"
+        elif a is None:
+            change = "no-longer-known"
+        else:
+            change = "same" if b == a else "changed"
+        out.append(ConfigChange(key, _shown(b), _shown(a), ADOPTION.get(key, ""), change))
+    return tuple(out)
+
+
+def identify_adopted(config: Sequence[ConfigChange], before: Diagnosis) -> tuple[AdoptedTechnique, ...]:
+    """The techniques the configuration diff shows adopted; with none, those BEFORE recommended."""
+    why: dict[str, list[str]] = {}
+    for c in config:
+        if c.technique and c.change in ("turned-on", "changed"):
+            why.setdefault(c.technique, []).append(f"{c.key} {c.before or 'absent'} -> {c.after}")
+    if why:
+        return tuple(AdoptedTechnique(t, "; ".join(w)) for t, w in why.items())
+    return tuple(
+        AdoptedTechnique(r.technique, f"{r.status} by BEFORE's diagnosis (no discovered change adopts a technique)")
+        for r in before.recommendations
+        if r.status in ACTIVE_STATUSES
+    )
+
+
+# --- 2. the same workload? -------------------------------------------------------------------------
+def _relative(b: float, a: float) -> float:
+    if b == a:
+        return 0.0
+    return (a - b) / abs(b) if b else math.copysign(math.inf, a - b)
+
+
+def _pct(x: float) -> str:
+    return ("+inf" if x > 0 else "-inf") if math.isinf(x) else f"{x:+.1%}"
+
+
+def _check(name: str, b: float, a: float, tol: float, *, relative: bool = True, deciding: bool = True) -> WorkloadCheck:
+    diff = _relative(b, a) if relative else a - b
+    return WorkloadCheck(
+        name,
+        f"{b:.4g}",
+        f"{a:.4g}",
+        _pct(diff) if relative else f"{diff:+.3g}",
+        f"{tol:.0%}" if relative else f"{tol:g}",
+        abs(diff) <= tol,
+        deciding,
+    )
+
+
+@dataclass(frozen=True)
+class _Workload:
+    requests: int
+    per_experiment: Mapping[str, int]
+    prompt_median: float | None
+    output_median: float | None
+    send_rate: float | None
+    in_flight: float | None
+
+
+def _workload(records: Sequence[RequestRecord]) -> _Workload:
+    prompts = [p for r in records if (p := r.prompt_tokens or r.planned_prompt_tokens)]
+    done = [r for r in records if r.completed]
+    outputs = [r.tokens_out for r in done]
+    sends = sorted(r.t_send for r in records)
+    span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
+    ends = [r.t_send + r.t_end for r in records if r.t_end is not None]
+    busy = (max(ends) - sends[0]) if ends else 0.0
+    return _Workload(
+        len(records),
+        Counter(f"{r.experiment}/{r.phase}" for r in records),
+        statistics.median(prompts) if prompts else None,
+        statistics.median(outputs) if outputs else None,
+        (len(sends) - 1) / span if span > 0 else None,
+        sum(r.t_end for r in records if r.t_end is not None) / busy if busy > 0 else None,
+    )
+
+
+def compare_workloads(before: RunSide, after: RunSide) -> Comparability:
+    """Whether the two runs put the same load on the same model: named tolerances, checks shown."""
+    checks: list[WorkloadCheck] = []
+    reasons: list[str] = []
+    b_model, a_model = before.evidence.fact(Q.ENGINE_MODEL), after.evidence.fact(Q.ENGINE_MODEL)
+    if b_model and a_model and b_model != a_model:
+        reasons.append(f"different models: {b_model} before, {a_model} after")
+    b_req, a_req = before.folder.requests, after.folder.requests
+    if (b_req is None) != (a_req is None):
+        which = "BEFORE" if b_req is None else "AFTER"
+        reasons.append(f"{which} has no {REQUESTS} (a passive run) and the other has: different kinds of run")
+    elif b_req is not None and a_req is not None:
+        bw, aw = _workload(b_req), _workload(a_req)
+        for name in sorted(set(bw.per_experiment) | set(aw.per_experiment)):
+            checks.append(
+                _check(
+                    f"requests sent ({name})",
+                    bw.per_experiment.get(name, 0),
+                    aw.per_experiment.get(name, 0),
+                    REQUEST_COUNT_TOLERANCE,
+                )
+            )
+        for label, b, a, tol in (
+            ("prompt tokens (median)", bw.prompt_median, aw.prompt_median, PROMPT_TOLERANCE),
+            ("output tokens (median)", bw.output_median, aw.output_median, OUTPUT_TOLERANCE),
+        ):
+            if b is not None and a is not None:
+                checks.append(_check(label, b, a, tol))
+        for label, b, a in (
+            ("send rate (requests/s)", bw.send_rate, aw.send_rate),
+            ("requests in flight (mean)", bw.in_flight, aw.in_flight),
+        ):
+            if b is not None and a is not None:
+                checks.append(_check(label, b, a, RATE_TOLERANCE, deciding=False))
+    else:
+        for label, key, tol in (
+            ("prompt tokens (median)", Q.INPUT_LEN_P50, PROMPT_TOLERANCE),
+            ("output tokens (median)", Q.OUTPUT_LEN_P50, OUTPUT_TOLERANCE),
+        ):
+            bm, am = before.evidence.measurement(key), after.evidence.measurement(key)
+            if bm is not None and am is not None:
+                checks.append(_check(label, bm.value, am.value, tol))
+            elif (bm is None) != (am is None):  # traffic in one run only: an idle server against a loaded one
+                which = "BEFORE" if bm is None else "AFTER"
+                reasons.append(f"{which} measured no {label} ({key}) and the other did: was it idle?")
+    b_pot, a_pot = before.evidence.measurement(Q.PREFIX_POTENTIAL), after.evidence.measurement(Q.PREFIX_POTENTIAL)
+    if b_pot is not None and a_pot is not None:
+        checks.append(
+            _check("prefix reuse (potential)", b_pot.value, a_pot.value, PREFIX_REUSE_TOLERANCE, relative=False)
+        )
+    reasons += [
+        f"{c.name} differs by {c.difference} (tolerance {c.tolerance})"
+        for c in checks
+        if c.deciding and not c.comparable
+    ]
+    if not reasons and not any(c.deciding for c in checks):
+        return Comparability(
+            True,
+            tuple(checks),
+            (
+                "workload not checked: neither run recorded requests or prompt/output lengths; verdicts assume it is "
+                "the same",
+            ),
+        )
+    return Comparability(not reasons, tuple(checks), tuple(reasons))
+
+
+# --- 3. the claims ----------------------------------------------------------------------------------
+def judge_interval(claim: Claim, low: float, high: float) -> ClaimVerdict:
+    """A claim's verdict from the interval of the change (relative or absolute, as the claim is)."""
+    m = claim.min_effect
+    if claim.direction == "not-up":
+        return "delivered" if high <= m else "made-it-worse" if low > m else "cannot-tell"
+    sign = 1.0 if claim.direction == "up" else -1.0
+    good_lo, good_hi = sorted((sign * low, sign * high))
+    if good_lo > m:
+        return "delivered"
+    if good_hi < -m:
+        return "made-it-worse"
+    if -m <= good_lo and good_hi <= m:
+        return "no-measurable-effect"
+    return "cannot-tell"
+
+
+def _source(key: str, before: Evidence, after: Evidence) -> str:
+    """The key a claim is compared on: the first candidate both runs sampled, else measured, else its own."""
+    candidates = _SOURCES.get(key, (key,))
+    for enough in (lambda m: len(m.samples) >= 2, lambda m: True):
+        for k in candidates:
+            b, a = before.measurement(k), after.measurement(k)
+            if b is not None and a is not None and enough(b) and enough(a):
+                return k
+    return key
+
+
+def _reword(detail: str) -> str:
+    """The gate's words for the two runs, as verify names them."""
+    for old, new in (
+        ("the current run", "AFTER"),
+        ("the baseline", "BEFORE"),
+        ("baseline", "before"),
+        ("current", "after"),
+    ):
+        detail = detail.replace(old, new)
+    return detail
+
+
+def _at_least(technique: str, claim: Claim, after: Evidence, settings: GateSettings) -> ClaimResult:
+    level = claim.level if claim.level is not None else 0.0
+    m = after.measurement(claim.key)
+    if m is None:
+        return ClaimResult(technique, claim, "cannot-tell", basis="not measured in AFTER")
+    shown = format_value(m.value, m.unit)
+    s = m.summary
+    if s is not None and s.n >= settings.min_samples:
+        low, high, basis = s.ci_low, s.ci_high, f"median of {s.n} samples in AFTER with its confidence interval"
+    else:
+        low = high = m.value
+        basis = "one value in AFTER (noise not accounted for)"
+    verdict: ClaimVerdict = "delivered" if low >= level else "made-it-worse" if high < level else "cannot-tell"
+    return ClaimResult(
+        technique, claim, verdict, "", shown, f"[{low:.3g}, {high:.3g}] vs {level:g}", basis, m.value, (low, high)
+    )
+
+
+def judge_claim(technique: str, claim: Claim, before: Evidence, after: Evidence, settings: GateSettings) -> ClaimResult:
+    """One claim, judged by the gate's comparison of the two runs (`gate.compare_metric`)."""
+    if claim.direction == "at-least":
+        return _at_least(technique, claim, after, settings)
+    key = _source(claim.key, before, after)
+    rule = MetricRule(
+        key,
+        "higher" if claim.direction == "up" else "lower",
+        tolerance=claim.min_effect if claim.relative else None,
+        tolerance_abs=None if claim.relative else claim.min_effect,
+    )
+    o = compare_metric(rule, before, after, GateRules(metrics=(rule,), settings=settings))
+    via = f"{key}: " if key != claim.key else ""
+
+    def result(verdict: ClaimVerdict, basis: str, interval: tuple[float, float] | None = None) -> ClaimResult:
+        return ClaimResult(technique, claim, verdict, o.baseline, o.current, o.change, via + basis, o.point, interval)
+
+    if o.interval is not None:
+        how = o.detail.split(": the ", 1)[0]  # the gate's "how: the interval ..." without its verdict's why
+        return result(judge_interval(claim, *o.interval), how, o.interval)
+    if o.point is not None:
+        return result(
+            judge_interval(claim, o.point, o.point), "values compared (no raw samples: noise not accounted for)"
+        )
+    return result("cannot-tell", _reword(o.detail))
+
+
+# --- 4. side effects ----------------------------------------------------------------------------------
+def side_effects(
+    before: RunSide, after: RunSide, claimed: frozenset[str], settings: GateSettings
+) -> tuple[SideEffect, ...]:
+    """Metrics beyond the claims whose whole interval moved past the gate's tolerance, and pitfalls
+    detected in AFTER and not in BEFORE (harmful), or no longer detected (not)."""
+    rules = GateRules(settings=settings)
+    out: list[SideEffect] = []
+    for rule in DEFAULT_METRICS:
+        if rule.key in claimed:
+            continue
+        o: Outcome = compare_metric(rule, before.evidence, after.evidence, rules)
+        if o.interval is not None and o.verdict in ("regression", "improvement"):
+            out.append(
+                SideEffect(
+                    rule.key,
+                    "metric",
+                    o.verdict == "regression",
+                    o.baseline,
+                    o.current,
+                    o.change,
+                    f"{'worse' if o.verdict == 'regression' else 'better'} beyond {o.tolerance} "
+                    "with the whole interval",
+                )
+            )
+    b_pit = {p.pitfall: p for p in before.diagnosis.pitfalls}
+    a_pit = {p.pitfall: p for p in after.diagnosis.pitfalls}
+    for pid in PITFALLS:
+        b = b_pit[pid].detected if pid in b_pit else None
+        a = a_pit[pid].detected if pid in a_pit else None
+        if a is True and b is not True:
+            out.append(
+                SideEffect(f"pitfall:{pid}", "pitfall", True, "not detected", "detected", "", a_pit[pid].explanation)
+            )
+        elif b is True and a is False:
+            out.append(
+                SideEffect(f"pitfall:{pid}", "pitfall", False, "detected", "not detected", "", "no longer detected")
+            )
+    return tuple(out)
+
+
+def slo_changes(before: Diagnosis, after: Diagnosis) -> tuple[SloChange, ...]:
+    """Each declared objective's status in both runs (nothing when neither declared one)."""
+    b = {c.objective.label: c for c in before.slo_checks}
+    a = {c.objective.label: c for c in after.slo_checks}
+
+    def shown(check) -> str:
+        return "not declared" if check is None else f"{check.observed_text} ({check.status})"
+
+    return tuple(SloChange(x, shown(b.get(x)), shown(a.get(x))) for x in list(b) + [x for x in a if x not in b])
+
+
+# --- together -------------------------------------------------------------------------------------------
+def _method(s: GateSettings) -> str:
+    return (
+        f"Claims and side effects are judged by the gate's comparison: bootstrap {s.confidence:.0%} confidence "
+        f"interval of the change from raw samples ({s.resamples} resamples, seed {s.seed}, at least {s.min_samples} "
+        "samples per run; tail quantiles need more), medians known only by a summary bounded by their confidence "
+        "intervals, other values compared as they are (said per claim). A claim is delivered when the whole interval "
+        "is beyond its minimum effect the promised way, made worse when beyond it the other way, of no measurable "
+        "effect when the interval lies within +-the minimum effect."
+    )
+
+
+def verify(
+    before: RunSide, after: RunSide, *, change_note: str = "", settings: GateSettings | None = None
+) -> VerifyResult:
+    settings = settings or GateSettings()
+    config = config_diff(before.evidence, after.evidence)
+    adopted = identify_adopted(config, before.diagnosis)
+    comparability = compare_workloads(before, after)
+    sides = (("BEFORE", before), ("AFTER", after))
+    notes = [f"{side}: {line}" for side, run in sides for line in run.folder.skipped_notes()]
+    notes += [f"{side}: {run.note}" for side, run in sides if run.note]
+    if not any(c.changed for c in config):
+        notes.append(
+            "no configuration change discovered between the runs (the change may be outside what the probes see): "
+            "judging the techniques BEFORE's diagnosis recommended"
+        )
+    if not adopted:
+        notes.append("no technique to judge: none adopted, none recommended")
+    result = VerifyResult(
+        before.label,
+        after.label,
+        config,
+        adopted,
+        comparability,
+        change_note=change_note,
+        notes=tuple(notes),
+        method=_method(settings),
+    )
+    if not comparability.comparable:
+        return result  # different workloads: no verdict at all
+    claims = tuple(
+        judge_claim(t.technique, c, before.evidence, after.evidence, settings)
+        for t in adopted
+        for c in CLAIMS.get(t.technique, ())
+    )
+    claimed = frozenset(k for c in claims for k in _SOURCES.get(c.claim.key, (c.claim.key,)))
+    return replace(
+        result,
+        claims=claims,
+        side_effects=side_effects(before, after, claimed, settings),
+        slo=slo_changes(before.diagnosis, after.diagnosis),
+    )

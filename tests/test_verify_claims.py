@@ -1,0 +1,83 @@
+"""The claims verify judges are the promises each technique's `expect` text makes: same keys,
+same directions, so the text shown to users and the claims judged cannot drift apart."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from llm_diagnose.diagnose.tree.techniques import CATALOGUE
+from llm_diagnose.diagnose.verify.claims import ADOPTION, CLAIMS, REFERENCES, SWITCHES, Claim
+from llm_diagnose.diagnose.verify.judge import judge_interval
+from llm_diagnose.probes import quantities as Q
+
+_KEY = re.compile(r"\b[a-z_]+\.[a-z0-9_]+\b")
+_WORD = {"up": "up", "down": "down", "below": "down", "stays >=": "at-least"}
+
+
+def named_keys(text: str) -> list[str]:
+    return [k for k in _KEY.findall(text) if k in Q.CATALOGUE]
+
+
+def promised_direction(text: str, key: str) -> str:
+    """The direction the text gives a key: "at equal KEY" is not-up, else the first direction word after it."""
+    at = text.index(key)
+    if text[:at].rstrip().endswith("at equal"):
+        return "not-up"
+    words = re.search(r"\b(up|down|below|stays >=)", text[at + len(key) :])
+    assert words, (text, key)
+    return _WORD[words.group(1)]
+
+
+def test_every_technique_has_claims_and_every_claimed_technique_exists():
+    assert set(CLAIMS) == set(CATALOGUE)
+    assert set(ADOPTION.values()) - {""} <= set(CATALOGUE) and set(SWITCHES.values()) <= set(CATALOGUE)
+
+
+@pytest.mark.parametrize("technique", sorted(CATALOGUE))
+def test_the_expect_text_names_exactly_the_claimed_keys_and_their_directions(technique):
+    text = CATALOGUE[technique].expect
+    claims = CLAIMS[technique]
+    named = named_keys(text)
+    assert named, f"{technique}: its expect text names no evidence key"
+    assert set(named) == {c.key for c in claims} | set(REFERENCES.get(technique, ())), (text, claims)
+    for c in claims:
+        assert promised_direction(text, c.key) == c.direction, (technique, c, text)
+        assert c.key in Q.CATALOGUE
+    assert not set(REFERENCES.get(technique, ())) & {c.key for c in claims}
+
+
+def test_at_least_claims_carry_their_level_and_others_a_positive_effect():
+    for claims in CLAIMS.values():
+        for c in claims:
+            if c.direction == "at-least":
+                assert c.level is not None and f"{c.level:g}" in c.describe()
+            else:
+                assert c.min_effect > 0 and c.level is None
+
+
+DOWN = Claim("latency.ttft_p50_s", "down", 0.10)
+UP = Claim("prefix.hit_rate", "up", 0.05, relative=False)
+NOT_UP = Claim("latency.ttft_p50_s", "not-up", 0.10)
+
+
+@pytest.mark.parametrize(
+    "claim, low, high, verdict",
+    [
+        (DOWN, -0.40, -0.30, "delivered"),
+        (DOWN, -0.05, 0.04, "no-measurable-effect"),
+        (DOWN, -0.10, 0.10, "no-measurable-effect"),  # on the bounds: within +-min_effect
+        (DOWN, 0.20, 0.35, "made-it-worse"),
+        (DOWN, -0.30, 0.05, "cannot-tell"),  # straddles the minimum effect
+        (DOWN, -0.30, -0.05, "cannot-tell"),  # a real drop, maybe smaller than promised
+        (UP, 0.10, 0.20, "delivered"),
+        (UP, -0.20, -0.10, "made-it-worse"),
+        (UP, 0.0, 0.0, "no-measurable-effect"),
+        (NOT_UP, -0.05, 0.08, "delivered"),
+        (NOT_UP, 0.15, 0.30, "made-it-worse"),
+        (NOT_UP, 0.05, 0.15, "cannot-tell"),
+    ],
+)
+def test_an_interval_is_judged_against_the_minimum_effect(claim, low, high, verdict):
+    assert judge_interval(claim, low, high) == verdict
