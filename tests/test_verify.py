@@ -350,3 +350,20 @@ def test_not_comparable_outputs_carry_the_reason_and_no_claims(tmp_path, before)
     (case,) = ET.fromstring(xml).iter("testcase")
     assert case.find("skipped").get("message").startswith("not comparable: output tokens (median) differs by +100.0%")
     assert json.loads(render_json(result))["claims"] == []
+
+
+def test_a_server_without_prefix_caching_had_zero_hits_not_an_unknown_hit_rate():
+    from llm_diagnose.diagnose.gate_rules import GateSettings
+    from llm_diagnose.diagnose.verify.claims import claims_for
+    from llm_diagnose.diagnose.verify.judge import judge_claim
+    from llm_diagnose.probes.results import Measurement, Provenance
+    from tests.evidence_builders import build
+
+    claim = next(c for c in claims_for("prefix-caching") if c.key == "prefix.hit_rate")
+    before = build({"config.prefix_caching": False, "prefix.hit_rate": None})
+    hit = Measurement(0.88, "fraction", Provenance("test", "test"))
+    after = build({"config.prefix_caching": True, "prefix.hit_rate": hit})
+    r = judge_claim("prefix-caching", claim, before, after, GateSettings())
+    assert r.verdict == "delivered" and "so 0 hits" in r.basis
+    unknown = build({"prefix.hit_rate": None})  # caching state unknown: no zero is assumed
+    assert judge_claim("prefix-caching", claim, unknown, after, GateSettings()).verdict == "cannot-tell"

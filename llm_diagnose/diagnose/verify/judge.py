@@ -57,7 +57,7 @@ from llm_diagnose.diagnose.verify.result import (
     WorkloadCheck,
 )
 from llm_diagnose.probes import quantities as Q
-from llm_diagnose.probes.results import Fact, Measurement
+from llm_diagnose.probes.results import Fact, Measurement, Provenance
 
 if TYPE_CHECKING:
     from llm_diagnose.probes.load.records import RequestRecord
@@ -366,10 +366,23 @@ def _at_least(technique: str, claim: Claim, after: Evidence, settings: GateSetti
     )
 
 
+def _cache_off_is_zero_hits(claim: Claim, before: Evidence) -> tuple[Evidence, str]:
+    """A run whose server had prefix caching off served no prompt token from a cache: its hit
+    rate is 0 by construction, not unknown (the engine looked nothing up, so it reports none)."""
+    if claim.key != Q.PREFIX_HIT_RATE or before.measurement(Q.PREFIX_HIT_RATE) is not None:
+        return before, ""
+    if before.fact(Q.PREFIX_CACHING) is not False:
+        return before, ""
+    zero = Measurement(0.0, "fraction", Provenance("verify", "config.prefix_caching = false"),
+                       note="prefix caching off: no prompt token can be served from a cache")  # fmt: skip
+    return before.with_items({Q.PREFIX_HIT_RATE: zero}), "BEFORE had prefix caching off, so 0 hits; "
+
+
 def judge_claim(technique: str, claim: Claim, before: Evidence, after: Evidence, settings: GateSettings) -> ClaimResult:
     """One claim, judged by the gate's comparison of the two runs (`gate.compare_metric`)."""
     if claim.direction == "at-least":
         return _at_least(technique, claim, after, settings)
+    before, zero_note = _cache_off_is_zero_hits(claim, before)
     key = _source(claim.key, before, after)
     rule = MetricRule(
         key,
@@ -378,7 +391,7 @@ def judge_claim(technique: str, claim: Claim, before: Evidence, after: Evidence,
         tolerance_abs=None if claim.relative else claim.min_effect,
     )
     o = compare_metric(rule, before, after, GateRules(metrics=(rule,), settings=settings))
-    via = f"{key}: " if key != claim.key else ""
+    via = zero_note + (f"{key}: " if key != claim.key else "")
 
     def result(verdict: ClaimVerdict, basis: str, interval: tuple[float, float] | None = None) -> ClaimResult:
         return ClaimResult(technique, claim, verdict, o.baseline, o.current, o.change, via + basis, o.point, interval)
