@@ -15,6 +15,7 @@ PROV = Provenance(method="hand-built", source="test", taken_at="2026-12-02T00:00
 # for one is built as a well-sampled experiment's result, with a +-3% interval around it; build
 # an open one with `live(value, low, high)`.
 LIVE_KEYS = frozenset({Q.SHORT_WAIT_FOR_LONG, Q.ITL_INFLATION})
+LIVE_PROV = Provenance(method="active-probe/hand-built", source="test", taken_at="2026-12-02T00:00:00.000+00:00")
 LIVE_SPREAD = (0.97, 0.98, 0.99, 1.0, 1.01, 1.02, 1.03)
 
 
@@ -24,7 +25,7 @@ def live(value: float, low: float | None = None, high: float | None = None, *, w
         samples = tuple(value * f for f in LIVE_SPREAD)
     else:  # seven samples whose median interval (order statistics) is [low, high]
         samples = (low, low, value, value, value, high, high)
-    m = Measurement(float(value), "ratio", PROV, samples=samples, warnings=tuple(warnings))
+    m = Measurement(float(value), "ratio", LIVE_PROV, samples=samples, warnings=tuple(warnings))
     assert m.summary is not None
     return m
 

@@ -51,7 +51,7 @@ def _run_active(server, out: Path) -> dict:
     argv = [
         "run", "--url", server.url, "--out", str(out), "--duration", "4", "--interval", "0.5",
         "--active", "--experiments", "heterogeneity,decode", "--budget-requests", "120",
-        "--budget-seconds", "45", "--quiet",
+        "--budget-seconds", "35", "--quiet",
     ]  # fmt: skip
     code = main(argv)
     assert code == 0, (code, (out / "summary.txt").read_text() if (out / "summary.txt").exists() else "")
@@ -79,16 +79,17 @@ def _false_verdicts(d: dict) -> list[str]:
 
 
 def test_a_busy_host_gives_no_false_verdict_and_a_quiet_one_the_right_answer(vllm_server, tmp_path):
+    # One busy and one quiet run here (about a minute each); the repetitions, 10 busy and 10
+    # quiet, are benchmarks/bench_busy_host.py's (RESULTS.md: no false verdict in 20 runs).
     with busy_host():
-        busy = [_run_active(vllm_server, tmp_path / f"busy-{i}") for i in range(2)]
+        busy = _run_active(vllm_server, tmp_path / "busy")
     quiet = _run_active(vllm_server, tmp_path / "quiet")
-    for name, d in [("busy-0", busy[0]), ("busy-1", busy[1]), ("quiet", quiet)]:
+    for name, d in [("busy", busy), ("quiet", quiet)]:
         assert not _false_verdicts(d), f"{name}:\n" + _explain(d)
-    # The busy runs saw the host as it was: its load is on file as evidence.
-    for i in range(2):
-        evidence = json.loads((tmp_path / f"busy-{i}" / "evidence.json").read_text())
-        busy_fraction = evidence["items"].get(Q.CLIENT_HOST_BUSY, {}).get("value")
-        assert busy_fraction is not None and busy_fraction > 0.9, busy_fraction
+    # The busy run saw the host as it was: its load is on file as evidence.
+    evidence = json.loads((tmp_path / "busy" / "evidence.json").read_text())
+    busy_fraction = evidence["items"].get(Q.CLIENT_HOST_BUSY, {}).get("value")
+    assert busy_fraction is not None and busy_fraction > 0.9, busy_fraction
     # On the quiet host the continuous batching is seen to work, or the answer says why it could
     # not be told (inconclusive, with what would settle it), never a guess.
     q3 = next(a for a in quiet["answers"] if a["question"] == "Q3")

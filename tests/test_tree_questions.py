@@ -8,7 +8,7 @@ from llm_diagnose.diagnose.tree.questions import ASK
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Measurement
-from tests.evidence_builders import PROV, build, live, sampled
+from tests.evidence_builders import LIVE_PROV, PROV, build, live, sampled
 
 TH = Thresholds()
 
@@ -247,8 +247,11 @@ def test_every_confidence_rule_is_named_and_sourced():
 
 
 def test_a_live_interval_across_the_line_is_inconclusive_and_says_what_would_settle_it():
-    noisy = sampled([0.7, 1.0, 1.6, 2.4, 3.0])  # median 1.6 over the 1.5 line, but its interval spans it
-    clean = sampled([1.6] * 9)
+    def measured(values):  # as the interference experiment writes it: an active probe's, with samples
+        return Measurement(sorted(values)[len(values) // 2], "ratio", LIVE_PROV, samples=tuple(values))
+
+    noisy = measured([0.7, 1.0, 1.6, 2.4, 3.0])  # median 1.6 over the 1.5 line, but its interval spans it
+    clean = measured([1.6] * 9)
     a_noisy = ASK["Q6"](build({"interference.itl_inflation": noisy}), TH)
     a_clean = ASK["Q6"](build({"interference.itl_inflation": clean}), TH)
     assert (a_noisy.answer, a_noisy.verdict, a_noisy.confidence) == ("unknown", "inconclusive", 0.0)
@@ -258,7 +261,7 @@ def test_a_live_interval_across_the_line_is_inconclusive_and_says_what_would_set
 
 
 def test_no_live_verdict_from_a_single_probe_or_a_starved_client():
-    single = Measurement(3.0, "ratio", PROV)  # one probe each side: no interval
+    single = Measurement(3.0, "ratio", LIVE_PROV)  # one probe each side: no interval
     assert single.summary is None
     a = ASK["Q3"](build({"batching.short_request_slowdown": single}), TH)
     assert (a.answer, a.verdict) == ("unknown", "inconclusive") and "too few for an interval" in a.rationale
@@ -284,3 +287,9 @@ def test_a_starved_clients_token_gaps_are_no_evidence_of_slow_decode():
     a = ASK["Q5"](build({"decode.itl_p50_s": starved, "decode.itl_p99_s": 0.9}), TH)
     assert (a.answer, a.verdict) == ("unknown", "inconclusive") and "lag p99 300 ms" in a.rationale
     assert ASK["Q5"](build({"decode.itl_p50_s": 0.4}), TH).answer == "yes"  # the same figure, believed
+
+
+def test_a_figure_from_another_probe_is_judged_on_its_value():
+    # the in-process PyTorch probe's slowdown (latency over step-time ratio) carries no interval
+    probe = Measurement(46.3, "ratio", PROV)
+    assert ASK["Q3"](build({"batching.short_request_slowdown": probe}), TH).verdict == "short-waits-for-long"

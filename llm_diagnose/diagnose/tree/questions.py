@@ -218,6 +218,19 @@ def workload_interactive(ev: Evidence, slo: SLO = UNDECLARED) -> tuple[bool | No
 
 
 def ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
+    """Q5, where a starved client's token gaps can say "fast enough" but never "slow": its
+    lateness only stretches the gaps it saw (and bundles tokens), so "slow" may be its own."""
+    answer = _ask_q5(ev, th, slo)
+    if answer.answer != "yes":
+        return answer
+    r = Reading(ev, th)
+    untrusted = r.disbelieved(Q.ITL_P50, Q.ITL_P99)
+    if untrusted is None:
+        return answer
+    return inconclusive(r, "Q5", f"whether tokens arrive slowly: {untrusted}")
+
+
+def _ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
     r = Reading(ev, th)
     interactive, who = workload_interactive(ev, slo)
     if interactive is False:
@@ -231,9 +244,6 @@ def ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
             f"nobody waits for single responses, {who}: per-token latency is no one's complaint, throughput is",
             "offline",
         )
-    untrusted = r.disbelieved(Q.ITL_P50, Q.ITL_P99)
-    if untrusted is not None:  # a starved client's gaps are its own lateness, not decode's
-        return inconclusive(r, "Q5", f"whether tokens arrive slowly: {untrusted}")
     p50 = r.num(Q.ITL_P50)
     p99 = r.num(Q.ITL_P99)
     share = r.num(Q.DECODE_TIME_SHARE)

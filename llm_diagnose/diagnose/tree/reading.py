@@ -108,10 +108,11 @@ class Reading:
     def live(self, key: str, op: str, threshold: str) -> IntervalVerdict | None:
         """Judge a live (client-timed) measurement by its interval; None when it is missing.
 
-        Rules (confidence.* of thresholds.py document the same): a measurement the client took
-        while starved of CPU (its warning names it, `Q.CLIENT_STARVED_WARNING`) is no verdict;
-        one without an interval (a single probe, or too few samples for one) is no verdict;
-        otherwise the verdict holds only where the interval clears the threshold.
+        Rules: a measurement the client took while starved of CPU (its warning names it,
+        `Q.CLIENT_STARVED_WARNING`) is no verdict; an active experiment's figure without an
+        interval (a single probe, or too few samples for one) is no verdict; otherwise the verdict
+        holds only where the interval clears the threshold. A figure from another probe (its
+        provenance is not `active-probe/...`) is judged on its value.
         """
         m = self.evidence.measurement(key)
         if m is None:
@@ -124,6 +125,11 @@ class Reading:
         starved = next((w for w in m.warnings if w.startswith(Q.CLIENT_STARVED_WARNING)), None)
         if starved is not None:
             return IntervalVerdict(None, starved, f"{m.value:.3g}")
+        # Only the active experiments' client-timed figures need their own interval; a figure
+        # another probe derived (the in-process PyTorch probe's latency over step-time ratio)
+        # is judged as before, on its value.
+        if not m.provenance.method.startswith("active-probe"):
+            return IntervalVerdict(holds, "", f"{m.value:.3g}")
         if m.summary is None or m.n < self.thresholds["evidence.min_live_samples"]:
             return IntervalVerdict(
                 None,
