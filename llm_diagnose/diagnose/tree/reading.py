@@ -24,6 +24,11 @@ SETTLE_LIVE = (
 )
 
 
+def _starved_warning(m: Measurement) -> str | None:
+    """The warning a measurement taken by a starved client carries (Q.CLIENT_STARVED_WARNING)."""
+    return next((w for w in m.warnings if w.startswith(Q.CLIENT_STARVED_WARNING)), None)
+
+
 class IntervalVerdict:
     """A live measurement judged by its interval, not its point: `holds` is True or False only
     when the whole interval lies on one side of the threshold, None (inconclusive) otherwise,
@@ -99,7 +104,7 @@ class Reading:
         for key in keys:
             m = self.evidence.measurement(key)
             if m is not None:
-                found = next((w for w in m.warnings if w.startswith(Q.CLIENT_STARVED_WARNING)), None)
+                found = _starved_warning(m)
                 if found is not None:
                     self._use(key)
                     return f"{key}: {found}"
@@ -122,7 +127,7 @@ class Reading:
         limit = self.thresholds[threshold]
         holds = bool(_OPS[op](m.value, limit))
         self.comparisons.append(Comparison(threshold, key, float(m.value), op, float(limit), holds))
-        starved = next((w for w in m.warnings if w.startswith(Q.CLIENT_STARVED_WARNING)), None)
+        starved = _starved_warning(m)
         if starved is not None:
             return IntervalVerdict(None, starved, f"{m.value:.3g}")
         # Only the active experiments' client-timed figures need their own interval; a figure

@@ -180,12 +180,7 @@ async def run_experiments(
     guard = BudgetGuard(budget)
     base = normalize_base_url(base_url)
     source = redact_url(base)
-    run_path = None if run_dir is None else Path(run_dir)
-    if run_path is not None:
-        run_path.mkdir(parents=True, exist_ok=True)
-    requests_out = JsonlWriter(None if run_path is None else run_path / REQUESTS_FILE)
-    events_out = JsonlWriter(None if run_path is None else run_path / EVENTS_FILE)
-    inputs_out = JsonlWriter(None if run_path is None else run_path / INPUTS_FILE)
+    requests_out, events_out, inputs_out = run_writers(run_dir)
     results: dict[str, Result] = {}
     local = is_local_target(base)
     try:
@@ -281,6 +276,19 @@ async def run_experiments(
         events_out.close()
         inputs_out.close()
     return results
+
+
+def run_writers(run_dir: str | Path | None) -> tuple[JsonlWriter, JsonlWriter, JsonlWriter]:
+    """The files an active run appends to as it goes (requests, events, inputs), in `run_dir`
+    (created if missing); writers that discard everything when there is no folder."""
+    run_path = None if run_dir is None else Path(run_dir)
+    if run_path is not None:
+        run_path.mkdir(parents=True, exist_ok=True)
+
+    def writer(name: str) -> JsonlWriter:
+        return JsonlWriter(None if run_path is None else run_path / name)
+
+    return writer(REQUESTS_FILE), writer(EVENTS_FILE), writer(INPUTS_FILE)
 
 
 def input_recorder(out: JsonlWriter, t0: float) -> Callable[[RequestSpec, str, bytes], None]:

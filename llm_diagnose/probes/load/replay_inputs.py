@@ -434,25 +434,19 @@ async def run_replay(base_url: str, plan: ReplayPlan, budget: ActiveBudget, run_
     """
     # The recorder and the summary are the experiments' own, so a replay's files read like any run's.
     from llm_diagnose.probes import quantities as Q
-    from llm_diagnose.probes.experiments import input_recorder, run_summary
+    from llm_diagnose.probes.experiments import input_recorder, run_summary, run_writers
     from llm_diagnose.probes.http import normalize_base_url, redact_url
     from llm_diagnose.probes.load.budget import BudgetGuard
     from llm_diagnose.probes.load.client import StreamingClient, is_local_target
     from llm_diagnose.probes.load.health import HealthWindow
     from llm_diagnose.probes.load.prompts import calibrate_prompts
-    from llm_diagnose.probes.load.records import EVENTS_FILE, JsonlWriter
     from llm_diagnose.probes.load.runner import Driver
     from llm_diagnose.probes.results import Fact, Provenance
 
     guard = BudgetGuard(budget)
     base = normalize_base_url(base_url)
     source = redact_url(base)
-    run_path = None if run_dir is None else Path(run_dir)
-    if run_path is not None:
-        run_path.mkdir(parents=True, exist_ok=True)
-    requests_out = JsonlWriter(None if run_path is None else run_path / REQUESTS_FILE)
-    events_out = JsonlWriter(None if run_path is None else run_path / EVENTS_FILE)
-    inputs_out = JsonlWriter(None if run_path is None else run_path / INPUTS_FILE)
+    requests_out, events_out, inputs_out = run_writers(run_dir)
     results: dict = {}
     try:
         async with StreamingClient(base, plan.model) as client:
