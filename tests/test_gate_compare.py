@@ -237,6 +237,23 @@ def test_a_technique_that_was_in_place_and_is_not_any_more_is_a_regression():
     assert back.verdict == "pass"
 
 
+def test_a_technique_still_on_that_the_current_run_could_not_verify_is_inconclusive():
+    # CI, two 3-second runs of one server: the second's scrapes all fell between its short
+    # requests, so continuous batching read "on-unverified"; it was not switched off.
+    seen = {"config.continuous_batching": True, "engine.name": "vllm", "workload.output_len_cv": 0.1}
+    busy = diagnose(build({**seen, "load.concurrency_mean": 0.3, "throughput.generation_tokens_per_s": 60.0}))
+    unseen = diagnose(build({**seen, "load.concurrency_mean": 0.0, "throughput.generation_tokens_per_s": 60.0}))
+    assert busy.recommendation("continuous-batching").status == "in-place"
+    assert unseen.recommendation("continuous-batching").status == "on-unverified"
+    assert unseen.technique_on("continuous-batching") is True
+    o = {o.name: o for o in compare_diagnoses(busy, unseen, RULES)}["technique:continuous-batching"]
+    assert o.verdict == "inconclusive" and o.detail.startswith("in place before, now on-unverified")
+    # The rule is configurable like the unknown answers it joins.
+    strict = GateRules(diagnosis=DiagnosisRules(unknown_answer="regression"))
+    o = {o.name: o for o in compare_diagnoses(busy, unseen, strict)}["technique:continuous-batching"]
+    assert o.verdict == "regression"
+
+
 def test_an_answer_that_flips_at_low_confidence_is_inconclusive():
     # Q6 from the passive correlation alone is a weak answer (confidence 0.5 at most).
     weak_yes = diagnose(build({"interference.prompt_itl_correlation": 0.7, "engine.name": "vllm"}))

@@ -645,3 +645,28 @@ def test_real_kv_pressure_pages():
     assert ev["kv.capacity_tokens"].value == 2048.0
     assert ev["config.prefix_caching"].value is False
     assert ev["throughput.generation_tokens_per_s"].value == pytest.approx(592 / 0.5)
+
+
+def _with_e2e(text: str, count: float, total_s: float) -> str:
+    lab = 'engine="0",model_name="m"'
+    return text + (
+        "# TYPE vllm:e2e_request_latency_seconds histogram\n"
+        f'vllm:e2e_request_latency_seconds_bucket{{{lab},le="0.1"}} {count}\n'
+        f'vllm:e2e_request_latency_seconds_bucket{{{lab},le="+Inf"}} {count}\n'
+        f"vllm:e2e_request_latency_seconds_count{{{lab}}} {count}\n"
+        f"vllm:e2e_request_latency_seconds_sum{{{lab}}} {total_s}\n"
+    )
+
+
+def test_requests_between_scrapes_give_concurrency_by_littles_law_not_zero():
+    # Seen in CI on vLLM CPU: 10 requests of ~85 ms in 3 s and every scrape read 0 running, so
+    # Q3 said "no requests ran in the window" while 60 tokens/s flowed.
+    pages = [_with_e2e(vllm_page(gen=60.0 * i, success=3 * i), 3 * i, 0.255 * i) for i in range(4)]
+    ev = passive_evidence(window_of(*pages, dt=1.0))
+    conc = ev["load.concurrency_mean"]
+    assert isinstance(conc, Measurement) and conc.value == pytest.approx(0.255)
+    assert "Little's law" in conc.note and conc.n == 3
+    # Where a scrape did see requests in flight, the gauges are read as before.
+    pages = [_with_e2e(vllm_page(gen=60.0 * i, running=i % 2), 3 * i, 0.255 * i) for i in range(4)]
+    conc = passive_evidence(window_of(*pages, dt=1.0))["load.concurrency_mean"]
+    assert conc.value == pytest.approx(0.5) and "per scrape" in conc.note

@@ -61,7 +61,7 @@ from llm_diagnose.diagnose.gate_rules import (
     MetricRule,
     statistic_name,
 )
-from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, format_value
+from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, UNSETTLED_STATUSES, format_value
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUES, Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance
@@ -434,6 +434,12 @@ def compare_diagnoses(base: Diagnosis, cur: Diagnosis, rules: GateRules) -> list
         name = f"technique:{t}"
         if now in ACTIVE_STATUSES and was not in ACTIVE_STATUSES:
             out.append(_severity(r.new_recommendation, f"now {now}: {c_rec[t].reason}", name, was, now))
+        elif was == "in-place" and now in UNSETTLED_STATUSES and cur.technique_on(t) is not False:
+            # Knowing less is not a regression: the technique was not seen switched off, and the
+            # current run could not tell whether it still works (too little traffic in its window,
+            # say), which is the unknown-answer rule's case. Seen off, it is a lost technique.
+            why = c_rec[t].reason if t in c_rec else "not in the current diagnosis"
+            out.append(_severity(r.unknown_answer, f"in place before, now {now}: {why}", name, was, now))
         elif was == "in-place" and now != "in-place":
             why = c_rec[t].reason if t in c_rec else "not in the current diagnosis"
             out.append(_severity(r.lost_technique, f"in place before, now {now}: {why}", name, was, now))

@@ -33,9 +33,10 @@ FILE`) overrides any of them; every field is optional:
     [diagnosis]
     new_pitfall = "regression"         # a pitfall detected now and not before
     changed_answer = "regression"      # a question answered yes before and no now, or the reverse
-    unknown_answer = "inconclusive"    # an answer that became, or was, "unknown"
+    unknown_answer = "inconclusive"    # an answer that became, or was, "unknown"; a technique in
+                                       # place before that the current run could not verify
     new_recommendation = "regression"  # a technique recommended (or not working) now and not before
-    lost_technique = "regression"      # a technique in place before and not now (turned off, or unproven)
+    lost_technique = "regression"      # a technique in place before and not now (turned off, not working)
     min_confidence = 0.5               # a change between answers no surer than this counts as unknown_answer
 
 Each diagnosis rule, and each severity, is one of "regression", "inconclusive", "warning"

@@ -33,6 +33,7 @@ __all__ = [
     "REPORT_SCHEMA",
     "REPORT_VERSION",
     "ACTIVE_STATUSES",
+    "UNSETTLED_STATUSES",
     "content",
     "render",
     "format_value",
@@ -46,6 +47,7 @@ __all__ = [
 REPORT_SCHEMA = "llm-diagnose/report"
 REPORT_VERSION = 1
 ACTIVE_STATUSES = ("recommended", "not-working")  # what the verdict lists: something to change
+UNSETTLED_STATUSES = ("on-unverified", "unknown")  # the diagnosis could not tell whether it is needed or works
 _MIN_SCRUB_LEN = 8  # shorter strings are too likely to be ordinary words to scrub everywhere
 
 

@@ -57,6 +57,16 @@ PITFALLS = (
     "warm-cache-benchmark",
 )
 
+# The path node where the tree records whether a technique is switched on (yes / no / unknown).
+TECHNIQUE_ON_NODES = {
+    "prefix-caching": "Q2.prefix-caching-on",
+    "continuous-batching": "Q3.continuous-batching-on",
+    "paged-attention": "Q4.paged-kv-on",
+    "speculative-decoding": "Q5.spec-decode-on",
+    "chunked-prefill": "Q6.chunked-prefill-on",
+    "kv-offload": "KV.offload-on",
+}
+
 AnswerValue = Literal["yes", "no", "unknown"]
 Status = Literal["recommended", "in-place", "on-unverified", "not-working", "not-indicated", "unknown"]
 # What the headline is about, most consequential first (see llm_diagnose.diagnose.tree.headline).
@@ -280,6 +290,12 @@ class Diagnosis:
 
     def recommendation(self, technique: str) -> Recommendation | None:
         return next((r for r in self.recommendations if r.technique == technique), None)
+
+    def technique_on(self, technique: str) -> bool | None:
+        """Whether the run saw the technique switched on (None: not seen, or not a switch)."""
+        node = TECHNIQUE_ON_NODES.get(technique)
+        outcome = next((s.outcome for s in self.path if s.node == node), "unknown")
+        return {"yes": True, "no": False}.get(outcome)
 
     @property
     def settings_known(self) -> bool:

@@ -128,14 +128,17 @@ def ask_q3(ev: Evidence, th: Thresholds) -> Answer:
     # Otherwise the interval is clear of the line (short requests do not wait): whether the
     # workload needs continuous batching is then the traffic's question, read below.
     tokens = r.num(Q.GEN_TOKENS_PER_S)
-    if concurrent is False and (conc == 0 or (tokens is not None and tokens < th["load.min_tokens_per_s"])):
-        return _answer(
-            r,
-            "Q3",
-            "unknown",
-            0.0,
-            "no requests ran in the window: whether they overlap under real traffic was not seen",
+    idle = tokens is not None and tokens < th["load.min_tokens_per_s"]
+    if concurrent is False and (conc == 0 or idle):
+        seen = (
+            "no requests ran in the window"
+            if idle
+            else "no request was in flight at any scrape"
+            if tokens is None
+            else f"every scrape read no request in flight while {tokens:.0f} tokens/s were generated (the "
+            "requests fell between the scrapes)"
         )
+        return _answer(r, "Q3", "unknown", 0.0, f"{seen}: whether they overlap under real traffic was not seen")
     if varied is False or concurrent is False:
         why = (
             f"output lengths are similar (CV {cv:.2f})"
