@@ -209,12 +209,17 @@ def test_junit_marks_a_worse_claim_as_a_failure(tmp_path, before):
 
 def test_the_command_writes_its_outputs(tmp_path, before, capsys):
     after = write_run(tmp_path / "after", prefix_caching=True, hit_rate=0.45, ttft_s=0.12, seed=2)
-    junit, md = tmp_path / "v.xml", tmp_path / "v.md"
-    code = main(["verify", str(before), str(after), "--json", "--junit", str(junit), "--markdown", str(md)])
+    junit, md, page = tmp_path / "v.xml", tmp_path / "v.md", tmp_path / "v.html"
+    code = main(
+        ["verify", str(before), str(after), "--json", "--junit", str(junit), "--markdown", str(md), "--html", str(page)]
+    )
     assert code == ExitCode.OK
     assert json.loads(capsys.readouterr().out)["verdict"] == "delivered"
     JUNIT_SCHEMA.validate(junit.read_text())
     assert md.read_text().startswith("## llm-diagnose verify")
+    # the same page as `report BEFORE AFTER`
+    assert main(["report", str(before), str(after), "--out", str(tmp_path / "r.html")]) == ExitCode.OK
+    assert page.read_text() == (tmp_path / "r.html").read_text()
 
 
 def _error_line(err: str) -> str:

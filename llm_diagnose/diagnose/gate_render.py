@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from llm_diagnose.diagnose.gate_result import GateResult
 
-__all__ = ["render_text", "render_junit", "render_json"]
+__all__ = ["render_text", "render_junit", "render_json", "xml_safe"]
 
 
 def render_text(result: GateResult, *, verbose: bool = False) -> str:
@@ -52,7 +52,7 @@ def render_json(result: GateResult) -> str:
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
-def _x(s: str) -> str:
+def xml_safe(s: str) -> str:
     """XML 1.0 cannot carry control characters even escaped: drop them (ElementTree escapes the rest)."""
     return _XML_INVALID.sub("", s)
 
@@ -79,7 +79,12 @@ def render_junit(result: GateResult, *, timestamp: str | None = None, hostname: 
     suite = ET.SubElement(
         root,
         "testsuite",
-        {"name": "llm-diagnose gate", **totals, "timestamp": stamp, "hostname": _x(hostname or socket.gethostname())},
+        {
+            "name": "llm-diagnose gate",
+            **totals,
+            "timestamp": stamp,
+            "hostname": xml_safe(hostname or socket.gethostname()),
+        },
     )
     props = ET.SubElement(suite, "properties")
     properties = [
@@ -91,16 +96,16 @@ def render_junit(result: GateResult, *, timestamp: str | None = None, hostname: 
     if result.skipped_lines:
         properties.append(("skipped_lines", "; ".join(result.skipped_lines)))
     for name, value in properties:
-        ET.SubElement(props, "property", {"name": name, "value": _x(value)})
+        ET.SubElement(props, "property", {"name": name, "value": xml_safe(value)})
     for o in result.outcomes:
         case = ET.SubElement(
-            suite, "testcase", {"classname": f"llm-diagnose.gate.{o.kind}", "name": _x(o.name), "time": "0"}
+            suite, "testcase", {"classname": f"llm-diagnose.gate.{o.kind}", "name": xml_safe(o.name), "time": "0"}
         )
-        summary = _x(f"{o.verdict}: {o.baseline} -> {o.current} {o.change} (tolerance {o.tolerance}); {o.detail}")
+        summary = xml_safe(f"{o.verdict}: {o.baseline} -> {o.current} {o.change} (tolerance {o.tolerance}); {o.detail}")
         if o.verdict == "regression":
-            ET.SubElement(case, "failure", {"type": "regression", "message": _x(o.detail)}).text = summary
+            ET.SubElement(case, "failure", {"type": "regression", "message": xml_safe(o.detail)}).text = summary
         elif o.verdict in ("inconclusive", "skipped"):
-            ET.SubElement(case, "skipped", {"message": _x(f"{o.verdict}: {o.detail}")})
+            ET.SubElement(case, "skipped", {"message": xml_safe(f"{o.verdict}: {o.detail}")})
         ET.SubElement(case, "system-out").text = summary
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

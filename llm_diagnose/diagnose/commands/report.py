@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_diagnose.diagnose.commands.common import add_slo_flags, load_slo, load_thresholds
+from llm_diagnose.diagnose.errors import UsageError
 from llm_diagnose.diagnose.report import content as report_content
 from llm_diagnose.diagnose.report import html, markdown
 from llm_diagnose.diagnose.runfolder import DIAGNOSIS, RunFolder, check_out_file, out_path, write_output
@@ -28,7 +29,8 @@ FORMATS = {"html": ".html", "md": ".md", "json": ".json"}
 EXAMPLE = """example:
   llm-diagnose report runs/staging --out runs/staging/report.html
   llm-diagnose report runs/staging/diagnosis.json --format md >> "$GITHUB_STEP_SUMMARY"
-  llm-diagnose report runs/staging --format json | jq '.recommendations[].technique'"""
+  llm-diagnose report runs/staging --format json | jq '.recommendations[].technique'
+  llm-diagnose report runs/before runs/after --out before-after.html"""
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,13 @@ def register(sub) -> None:
         description="Render a run's diagnosis: a self-contained HTML page with plots (no network "
         "needed to view it), Markdown for a pull-request comment, or JSON.",
     )
-    p.add_argument("run", metavar="DIR|FILE", help="a run folder, or its diagnosis.json or evidence.json")
+    p.add_argument(
+        "runs",
+        metavar="DIR|FILE",
+        nargs="+",
+        help="a run folder, or its diagnosis.json or evidence.json; two of them (BEFORE AFTER): one HTML page "
+        "with verify's judgement of the change and the two diagnoses side by side",
+    )
     p.add_argument("--format", choices=tuple(FORMATS), help="default: from --out's suffix, else html")
     p.add_argument("--out", type=out_path, metavar="FILE", help="write here (default: standard output)")
     p.add_argument("--thresholds", metavar="FILE", help="TOML thresholds, used only when there is no diagnosis.json")
@@ -124,17 +132,43 @@ def _format(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     slo = load_slo(args)
+    fmt = _format(args)
+    if len(args.runs) > 2 or (len(args.runs) == 2 and fmt != "html"):
+        raise UsageError(
+            f"report takes one run, or two (BEFORE AFTER) for the HTML page; got {len(args.runs)} runs as "
+            f"{fmt}: for two runs in Markdown or JSON use llm-diagnose verify BEFORE AFTER --markdown FILE / --json"
+        )
     if args.out is not None:
         check_out_file(args.out)  # before the work
-    loaded = load_run(args.run, thresholds, slo if slo.declared else None)
-    fmt = _format(args)
+    if len(args.runs) == 2:
+        return _run_pair(args, thresholds, slo if slo.declared else None)
+    loaded = load_run(args.runs[0], thresholds, slo if slo.declared else None)
     render = {"html": html.render, "md": markdown.render, "json": report_content.render}[fmt]
     text = render(loaded.diagnosis, loaded.evidence, run=loaded.folder, include_prompts=args.include_prompts)
     if loaded.note:
         print(f"llm-diagnose: {loaded.note}", file=sys.stderr)
+    _emit(args, text, fmt)
+    return 0
+
+
+def _emit(args: argparse.Namespace, text: str, what: str) -> None:
     if args.out is None:
         sys.stdout.write(text)
     else:
         write_output(args.out, text)
-        print(f"llm-diagnose: wrote {args.out} ({fmt})", file=sys.stderr)
+        print(f"llm-diagnose: wrote {args.out} ({what})", file=sys.stderr)
+
+
+def _run_pair(args: argparse.Namespace, thresholds: Thresholds | None, slo: SLO | None) -> int:
+    """Two runs: verify's judgement of the change, then both diagnoses side by side (HTML)."""
+    from llm_diagnose.diagnose.report.html_pair import PairSide, render_pair
+    from llm_diagnose.diagnose.verify.judge import RunSide, verify
+
+    loaded = [load_run(path, thresholds, slo) for path in args.runs]
+    result = verify(*(RunSide.of(x.folder, x.diagnosis, x.note) for x in loaded))
+    text = render_pair(PairSide.of(loaded[0]), PairSide.of(loaded[1]), result)
+    for x in loaded:
+        if x.note:
+            print(f"llm-diagnose: {x.note}", file=sys.stderr)
+    _emit(args, text, "html, before and after")
     return 0

@@ -15,6 +15,7 @@ SUMMARY = "compare two runs before and after a change: did the adopted technique
 EXAMPLE = """example:
   llm-diagnose verify runs/before runs/after
   llm-diagnose verify runs/before runs/after --change "turned on prefix caching" --junit verify.xml --markdown v.md
+  llm-diagnose verify runs/before runs/after --html before-after.html   (also: report BEFORE AFTER)
 
 The adopted technique is identified from the configuration each run discovered (a switch turned
 on, a setting changed); --change only adds a note. With no configuration change, the techniques
@@ -43,6 +44,9 @@ def register(sub) -> None:
     p.add_argument("--junit", type=out_path, metavar="FILE", help="also write JUnit XML here")
     p.add_argument("--markdown", type=out_path, metavar="FILE", help="also write a Markdown summary here")
     p.add_argument(
+        "--html", type=out_path, metavar="FILE", help="also write the HTML page: this result, both runs side by side"
+    )
+    p.add_argument(
         "--fail-on-inconclusive", action="store_true", help="exit 5 when a claim cannot be told from the runs"
     )
     p.set_defaults(func=run)
@@ -54,17 +58,18 @@ def run(args: argparse.Namespace) -> int:
     from llm_diagnose.diagnose.verify.judge import RunSide, verify
     from llm_diagnose.diagnose.verify.render import render_json, render_junit, render_markdown, render_text
 
-    for flag in ("junit", "markdown"):  # an output that cannot be written fails before the comparison
+    for flag in ("junit", "markdown", "html"):  # an output that cannot be written fails before the comparison
         if getattr(args, flag) is not None:
             check_out_file(getattr(args, flag), f"--{flag}")
-    sides = []
-    for path in (args.before, args.after):
-        loaded = load_run(path)
-        sides.append(RunSide.of(loaded.folder, loaded.diagnosis, loaded.note))
-    result = verify(sides[0], sides[1], change_note=args.change)
+    loaded = [load_run(path) for path in (args.before, args.after)]
+    result = verify(*(RunSide.of(x.folder, x.diagnosis, x.note) for x in loaded), change_note=args.change)
     sys.stdout.write(render_json(result) if args.json else render_text(result))
     if args.junit:
         write_output(args.junit, render_junit(result), "--junit")
     if args.markdown:
         write_output(args.markdown, render_markdown(result), "--markdown")
+    if args.html:
+        from llm_diagnose.diagnose.report.html_pair import PairSide, render_pair
+
+        write_output(args.html, render_pair(PairSide.of(loaded[0]), PairSide.of(loaded[1]), result), "--html")
     return result.exit_code(fail_on_inconclusive=args.fail_on_inconclusive)

@@ -20,7 +20,7 @@ from llm_diagnose.diagnose.runfolder import RunFolder
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 
-__all__ = ["render", "CSP"]
+__all__ = ["render", "page", "table", "badge", "figure", "CSP"]
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
@@ -47,11 +47,11 @@ footer{margin-top:2em;color:#777;font-size:.85em}
 """
 
 
-def _badge(text: str) -> str:
+def badge(text: str) -> str:
     return f'<span class="badge {escape(text.replace(" ", "-"))}">{escape(text)}</span>'
 
 
-def _table(headers: list[str] | None, rows: list[list[str]], *, raw: bool = False) -> str:
+def table(headers: list[str] | None, rows: list[list[str]], *, raw: bool = False) -> str:
     """A table; cells are escaped unless `raw` (cells already built from escaped parts).
 
     Without headers the first cell of each row is its header (a label: value table).
@@ -77,13 +77,13 @@ def _verdict(c: dict) -> str:
     ]
     if c["sanity"]:
         rows = [[f"<code>{escape(f['key'])}</code>", escape(f["problem"])] for f in c["sanity"]]
-        out.append("<h3>Doubtful evidence</h3>" + _table(["evidence", "problem"], rows, raw=True))
+        out.append("<h3>Doubtful evidence</h3>" + table(["evidence", "problem"], rows, raw=True))
     if c["recommendations"]:
         out.append('<h3>Recommendations, in the tree\'s order</h3><ol class="recommendations">')
         for r in c["recommendations"]:
             settings = "".join(f"<li><code>{escape(e)}: {escape(s)}</code></li>" for e, s in r["settings"])
             out.append(
-                f'<li class="rec {escape(r["status"])}"><h3>{escape(r["technique"])}{_badge(r["status"])}</h3>'
+                f'<li class="rec {escape(r["status"])}"><h3>{escape(r["technique"])}{badge(r["status"])}</h3>'
                 f'<p class="sub">from {escape(r["question"])}, confidence {r["confidence"]:.2f}</p>'
                 f"<p><strong>Why:</strong> {escape(r['reason'])}</p>"
                 f'<p><strong>Change:</strong></p><ul class="settings">{settings}</ul>'
@@ -112,25 +112,27 @@ def _slo(slo: dict) -> str:
     out = [f'<div class="slo"><p><strong>Service-level objectives:</strong> {escape(slo["summary"])}{source}</p>']
     if slo["objectives"]:
         rows = [
-            [escape(o["objective"]), escape(o["observed"]), _badge(o["status"]), escape(o["how"])]
+            [escape(o["objective"]), escape(o["observed"]), badge(o["status"]), escape(o["how"])]
             for o in slo["objectives"]
         ]
-        out.append(_table(["objective", "observed", "status", "how"], rows, raw=True))
+        out.append(table(["objective", "observed", "status", "how"], rows, raw=True))
     out.append("</div>")
     return "".join(out)
 
 
 def _figures(drawn: list[Figure]) -> str:
     out = ['<section id="plots"><h2>Evidence at a glance</h2><div class="figures">']
-    for f in drawn:
-        body = f.svg if f.drawn else f'<div class="not-measured">not measured: {escape(f.missing)}</div>'
-        state = "drawn" if f.drawn else "missing"
-        caption = f"<figcaption>{escape(f.caption)}</figcaption>" if f.caption else ""
-        out.append(
-            f'<figure id="fig-{escape(f.id)}" class="{state}"><h3>{escape(f.title)}</h3>{body}{caption}</figure>'
-        )
+    out += [figure(f) for f in drawn]
     out.append("</div></section>")
     return "".join(out)
+
+
+def figure(f: Figure, id_prefix: str = "fig-") -> str:
+    """One figure: its plot, or the reason it is missing, with its title and caption."""
+    body = f.svg if f.drawn else f'<div class="not-measured">not measured: {escape(f.missing)}</div>'
+    state = "drawn" if f.drawn else "missing"
+    caption = f"<figcaption>{escape(f.caption)}</figcaption>" if f.caption else ""
+    return f'<figure id="{id_prefix}{escape(f.id)}" class="{state}"><h3>{escape(f.title)}</h3>{body}{caption}</figure>'
 
 
 def _comparisons(comparisons: list[dict]) -> str:
@@ -146,7 +148,7 @@ def _comparisons(comparisons: list[dict]) -> str:
         ]
         for x in comparisons
     ]
-    return _table(["evidence", "value", "", "threshold", "result"], rows, raw=True)
+    return table(["evidence", "value", "", "threshold", "result"], rows, raw=True)
 
 
 def _path(c: dict) -> str:
@@ -155,7 +157,7 @@ def _path(c: dict) -> str:
         verdict = f" ({escape(q['verdict'])})" if q["verdict"] else ""
         out.append(
             f'<article class="question" id="q-{escape(q["question"])}">'
-            f"<h3>{escape(q['question'])} {escape(q['title'])} {_badge(q['answer'])}{verdict}</h3>"
+            f"<h3>{escape(q['question'])} {escape(q['title'])} {badge(q['answer'])}{verdict}</h3>"
             f'<p class="sub">confidence {q["confidence"]:.2f}</p><p>{escape(q["rationale"])}</p>'
         )
         out.append(_comparisons(q["comparisons"]))
@@ -164,7 +166,7 @@ def _path(c: dict) -> str:
                 [e["key"], e["value"], e["how"], "; ".join([e["note"]] + e.get("warnings", [])).strip("; ")]
                 for e in q["evidence"]
             ]
-            out.append(_table(["evidence read", "value", "how it was measured", "note"], rows))
+            out.append(table(["evidence read", "value", "how it was measured", "note"], rows))
         if q["steps"]:
             items = "".join(
                 f"<li><code>{escape(s['node'])}</code> = {escape(s['outcome'])}"
@@ -182,7 +184,7 @@ def _pitfalls(c: dict) -> str:
     rows = [
         [
             f"<code>{escape(p['pitfall'])}</code><br>{escape(p['title'])}",
-            _badge(p["status"]),
+            badge(p["status"]),
             escape(p["explanation"]),
             escape(p["fix"]),
         ]
@@ -190,7 +192,7 @@ def _pitfalls(c: dict) -> str:
     ]
     return (
         '<section id="pitfalls"><h2>Pitfalls</h2>'
-        + _table(["pitfall", "status", "why", "fix"], rows, raw=True)
+        + table(["pitfall", "status", "why", "fix"], rows, raw=True)
         + "</section>"
     )
 
@@ -204,13 +206,13 @@ def _not_measured(c: dict) -> str:
     rows = [[m["evidence"], m["reason"], m["hint"]] for m in c["not_measured"]]
     return (
         '<section id="not-measured"><h2>Not measured</h2>'
-        + _table(["evidence", "why not", "how to measure it"], rows)
+        + table(["evidence", "why not", "how to measure it"], rows)
         + "</section>"
     )
 
 
 def _techniques(c: dict) -> str:
-    rows = [f"<code>{escape(t)}</code> {_badge(s)}" for t, s in c["technique_status"]]
+    rows = [f"<code>{escape(t)}</code> {badge(s)}" for t, s in c["technique_status"]]
     return '<section id="techniques"><h2>Every technique</h2><p>' + " &nbsp; ".join(rows) + "</p></section>"
 
 
@@ -222,7 +224,7 @@ def _provenance(c: dict) -> str:
     )
     return (
         '<section id="provenance"><h2>Provenance</h2>'
-        + _table(None, c["provenance"])
+        + table(None, c["provenance"])
         + f'<p class="sub">{escape(note)}</p></section>'
     )
 
@@ -256,10 +258,15 @@ def render(
             "listed in the README.</footer>",
         ]
     )
+    return page(c["title"], body)
+
+
+def page(title: str, body: str, extra_style: str = "") -> str:
+    """A whole self-contained document around `body` (already escaped): the CSP, the style, the title."""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{escape(CSP)}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(c['title'])}</title><style>{_STYLE}</style></head>"
+        f"<title>{escape(title)}</title><style>{_STYLE}{extra_style}</style></head>"
         f"<body>{body}</body></html>\n"
     )

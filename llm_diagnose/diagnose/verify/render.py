@@ -11,33 +11,53 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
 # XML 1.0 cannot carry control characters even escaped: the gate drops them, and so does verify.
-from llm_diagnose.diagnose.gate_render import _x
+from llm_diagnose.diagnose.gate_render import xml_safe
 from llm_diagnose.diagnose.report.markdown import cell, code, text
 from llm_diagnose.diagnose.verify.result import VerifyResult
 
-__all__ = ["render_text", "render_json", "render_junit", "render_markdown"]
+__all__ = [
+    "render_text",
+    "render_json",
+    "render_junit",
+    "render_markdown",
+    "config_rows",
+    "claim_rows",
+    "workload_rows",
+    "side_effect_rows",
+    "CONFIG_HEADERS",
+    "CLAIM_HEADERS",
+    "WORKLOAD_HEADERS",
+    "SIDE_EFFECT_HEADERS",
+]
 
-_CONFIG_HEADERS = ["setting", "before", "after", "change", "technique"]
-_CLAIM_HEADERS = ["technique", "claim", "before", "after", "change [interval]", "verdict"]
-_WORKLOAD_HEADERS = ["workload", "before", "after", "difference", "tolerance", "same?"]
+CONFIG_HEADERS = ["setting", "before", "after", "change", "technique"]
+CLAIM_HEADERS = ["technique", "claim", "before", "after", "change [interval]", "verdict"]
+WORKLOAD_HEADERS = ["workload", "before", "after", "difference", "tolerance", "same?"]
+SIDE_EFFECT_HEADERS = ["what", "before", "after", "change", "", "detail"]
 
 
-def _config_rows(result: VerifyResult) -> list[list[str]]:
+def config_rows(result: VerifyResult) -> list[list[str]]:
     return [[c.key, c.before or "-", c.after or "-", c.change, c.technique or "-"] for c in result.config if c.changed]
 
 
-def _claim_rows(result: VerifyResult) -> list[list[str]]:
+def claim_rows(result: VerifyResult) -> list[list[str]]:
     return [
         [c.technique, c.claim.describe(), c.before or "-", c.after or "-", c.change or "-", c.verdict]
         for c in result.claims
     ]
 
 
-def _workload_rows(result: VerifyResult) -> list[list[str]]:
+def workload_rows(result: VerifyResult) -> list[list[str]]:
     def same(w) -> str:
         return ("yes" if w.comparable else "NO") + ("" if w.deciding else " (shown only)")
 
     return [[w.name, w.before, w.after, w.difference, w.tolerance, same(w)] for w in result.comparability.checks]
+
+
+def side_effect_rows(result: VerifyResult) -> list[list[str]]:
+    return [
+        [s.name, s.before, s.after, s.change, "harmful" if s.harmful else "", s.detail] for s in result.side_effects
+    ]
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -59,19 +79,19 @@ def render_text(result: VerifyResult) -> str:
     if result.change_note:
         out.append(f"  change (as noted): {result.change_note}")
     out += ["", "What changed (configuration discovered in each run):"]
-    rows = _config_rows(result)
-    out += _table(_CONFIG_HEADERS, rows) if rows else ["  nothing discovered changed"]
+    rows = config_rows(result)
+    out += _table(CONFIG_HEADERS, rows) if rows else ["  nothing discovered changed"]
     out += ["", "Judged techniques:"]
     out += [f"  {a.technique}: {a.why}" for a in result.adopted] or ["  none"]
     out += ["", f"Workload: {'comparable' if result.comparability.comparable else 'NOT COMPARABLE'}"]
     if result.comparability.checks:
-        out += _table(_WORKLOAD_HEADERS, _workload_rows(result))
+        out += _table(WORKLOAD_HEADERS, workload_rows(result))
     out += [f"  {r}" for r in result.comparability.reasons]
     if not result.comparability.comparable:
         out += ["  no verdicts: the runs did not put the same load on the server"]
     else:
         out += ["", "Claims:"]
-        out += _table(_CLAIM_HEADERS, _claim_rows(result)) if result.claims else ["  none to judge"]
+        out += _table(CLAIM_HEADERS, claim_rows(result)) if result.claims else ["  none to judge"]
         out += [f"  {c.claim.key}: {c.basis}" for c in result.claims if c.basis]
         out += ["", "Side effects:"]
         out += [
@@ -113,7 +133,12 @@ def render_junit(result: VerifyResult, *, timestamp: str | None = None, hostname
     suite = ET.SubElement(
         root,
         "testsuite",
-        {"name": "llm-diagnose verify", **totals, "timestamp": stamp, "hostname": _x(hostname or socket.gethostname())},
+        {
+            "name": "llm-diagnose verify",
+            **totals,
+            "timestamp": stamp,
+            "hostname": xml_safe(hostname or socket.gethostname()),
+        },
     )
     props = ET.SubElement(suite, "properties")
     for name, value in (
@@ -123,14 +148,16 @@ def render_junit(result: VerifyResult, *, timestamp: str | None = None, hostname
         ("change", result.change_note),
         ("method", result.method),
     ):
-        ET.SubElement(props, "property", {"name": name, "value": _x(value)})
+        ET.SubElement(props, "property", {"name": name, "value": xml_safe(value)})
     for classname, name, outcome, message in cases:
-        case = ET.SubElement(suite, "testcase", {"classname": _x(classname), "name": _x(name), "time": "0"})
+        case = ET.SubElement(suite, "testcase", {"classname": xml_safe(classname), "name": xml_safe(name), "time": "0"})
         if outcome == "failure":
-            ET.SubElement(case, "failure", {"type": "made-it-worse", "message": _x(message)}).text = _x(message)
+            ET.SubElement(case, "failure", {"type": "made-it-worse", "message": xml_safe(message)}).text = xml_safe(
+                message
+            )
         elif outcome == "skipped":
-            ET.SubElement(case, "skipped", {"message": _x(message)})
-        ET.SubElement(case, "system-out").text = _x(message)
+            ET.SubElement(case, "skipped", {"message": xml_safe(message)})
+        ET.SubElement(case, "system-out").text = xml_safe(message)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -147,26 +174,22 @@ def render_markdown(result: VerifyResult) -> str:
     if result.change_note:
         out.append(f"Change (as noted): {text(result.change_note)}")
     out += ["", "### What changed", ""]
-    rows = _config_rows(result)
-    out += _md_table(_CONFIG_HEADERS, rows) if rows else ["Nothing discovered changed.", ""]
+    rows = config_rows(result)
+    out += _md_table(CONFIG_HEADERS, rows) if rows else ["Nothing discovered changed.", ""]
     out += [f"- {code(a.technique)}: {text(a.why)}" for a in result.adopted] + [""]
     out += [
         "### Workload",
         "",
         "Comparable." if result.comparability.comparable else "**Not comparable**: no verdicts.",
     ]
-    out += [""] + (_md_table(_WORKLOAD_HEADERS, _workload_rows(result)) if result.comparability.checks else [])
+    out += [""] + (_md_table(WORKLOAD_HEADERS, workload_rows(result)) if result.comparability.checks else [])
     out += [f"- {text(r)}" for r in result.comparability.reasons]
     if result.comparability.comparable:
         out += ["", "### Claims", ""]
-        out += _md_table(_CLAIM_HEADERS, _claim_rows(result)) if result.claims else ["None to judge.", ""]
+        out += _md_table(CLAIM_HEADERS, claim_rows(result)) if result.claims else ["None to judge.", ""]
         if result.side_effects:
             out += ["### Side effects", ""]
-            rows = [
-                [s.name, s.before, s.after, s.change, "harmful" if s.harmful else "", s.detail]
-                for s in result.side_effects
-            ]
-            out += _md_table(["what", "before", "after", "change", "", "detail"], rows)
+            out += _md_table(SIDE_EFFECT_HEADERS, side_effect_rows(result))
         if result.slo:
             out += ["### SLO checks", ""] + _md_table(
                 ["objective", "before", "after"], [[s.objective, s.before, s.after] for s in result.slo]
