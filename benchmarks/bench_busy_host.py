@@ -36,6 +36,7 @@ from llm_diagnose.diagnose.cli import main as cli_main  # noqa: E402
 from llm_diagnose.diagnose.demo.tiny_model import RECIPE_VERSION, make_tiny_model  # noqa: E402
 from llm_diagnose.diagnose.demo.vllm_server import VllmServer  # noqa: E402
 from llm_diagnose.probes import quantities as Q  # noqa: E402
+from tests.test_busy_host_live import false_verdicts  # noqa: E402  (the test's rule, one copy)
 
 RATIO_KEYS = {"ttft": Q.CLIENT_SERVER_TTFT_RATIO, "itl": Q.CLIENT_SERVER_ITL_RATIO, "e2e": Q.CLIENT_SERVER_E2E_RATIO}
 
@@ -43,18 +44,6 @@ RATIO_KEYS = {"ttft": Q.CLIENT_SERVER_TTFT_RATIO, "itl": Q.CLIENT_SERVER_ITL_RAT
 def burners(n: int, seconds: float) -> list[subprocess.Popen]:
     code = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass\n"
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
-
-
-def false_verdicts(d: dict) -> list[str]:
-    wrong = []
-    q3 = next(a for a in d["answers"] if a["question"] == "Q3")
-    if q3["verdict"] == "short-waits-for-long":
-        wrong.append("Q3 short-waits-for-long")
-    status = {r["technique"]: r["status"] for r in d["recommendations"]}
-    for technique in ("continuous-batching", "chunked-prefill"):
-        if status.get(technique) in ("recommended", "not-working"):
-            wrong.append(f"{technique} {status[technique]}")
-    return wrong
 
 
 def one_run(url: str, out: Path, budget_s: float) -> dict:

@@ -65,7 +65,7 @@ from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, UNSETTLED_STAT
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUES, Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance
-from llm_diagnose.probes.stats import ORDER_STATISTIC_ABOVE, bootstrap_comparison
+from llm_diagnose.probes.stats import ORDER_STATISTIC_ABOVE, bootstrap_comparison, comparison_of
 
 if TYPE_CHECKING:  # records.py's package loads the HTTP client: types only here
     from llm_diagnose.probes.load.records import RequestRecord
@@ -156,12 +156,7 @@ def statistic_of(key: str, override: str | None = None) -> Statistic:
 
 
 def _change(base: np.ndarray | float, cur: np.ndarray | float, relative: bool):
-    if not relative:
-        return np.subtract(cur, base)
-    base, cur = np.asarray(base, dtype=float), np.asarray(cur, dtype=float)
-    # A zero base makes a relative change unbounded: +inf or -inf by its sign, 0 when both are zero.
-    fallback = np.where(cur > base, np.inf, np.where(cur < base, -np.inf, 0.0))
-    return np.divide(cur - base, np.abs(base), out=fallback, where=base != 0)
+    return comparison_of(base, cur, "relative_change" if relative else "difference")
 
 
 def bootstrap_change(

@@ -32,6 +32,7 @@ class DemoWorkload:
     concurrency: int = 8
     spread_s: float = 15.0  # arrivals are spread over this long, so every scrape interval sees traffic
     seed: int = 7
+    system_prompt: str = SYSTEM_PROMPT  # "" : questions alone, nothing shared (the verify tests' other workload)
 
     def specs(self) -> list[RequestSpec]:
         rng = random.Random(self.seed)
@@ -43,10 +44,10 @@ class DemoWorkload:
             out.append(
                 RequestSpec(
                     request_id=f"demo-{i}",
-                    prompt=f"{SYSTEM_PROMPT}\n\n{question}",
+                    prompt=f"{self.system_prompt}\n\n{question}" if self.system_prompt else question,
                     max_tokens=max_tokens,
                     experiment="demo",
-                    tag="shared-system-prompt",
+                    tag="shared-system-prompt" if self.system_prompt else "question-only",
                 )
             )
         return out

@@ -13,14 +13,12 @@ reason. Every request is in `run_dir/requests.jsonl` as soon as it ends; experim
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -54,18 +52,12 @@ from llm_diagnose.probes.experiments.prefix import run_prefix
 from llm_diagnose.probes.experiments.spec import KEYS as SPEC_KEYS
 from llm_diagnose.probes.experiments.spec import run_spec
 from llm_diagnose.probes.http import ProbeHTTPError, get_json, make_session, normalize_base_url, redact_url
+from llm_diagnose.probes.load.active_run import input_recorder, run_summary, run_writers
 from llm_diagnose.probes.load.budget import ActiveBudget, BudgetGuard
 from llm_diagnose.probes.load.client import StreamingClient, StreamTimeouts, is_local_target
 from llm_diagnose.probes.load.health import ClientHealth, HealthWindow
 from llm_diagnose.probes.load.prompts import PromptMaker, calibrate_prompts
-from llm_diagnose.probes.load.records import (
-    EVENTS_FILE,
-    INPUTS_FILE,
-    REQUESTS_FILE,
-    Endpoint,
-    JsonlWriter,
-    RequestSpec,
-)
+from llm_diagnose.probes.load.records import Endpoint
 from llm_diagnose.probes.load.runner import Driver
 from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Provenance, Result
 
@@ -278,43 +270,6 @@ async def run_experiments(
     return results
 
 
-def run_writers(run_dir: str | Path | None) -> tuple[JsonlWriter, JsonlWriter, JsonlWriter]:
-    """The files an active run appends to as it goes (requests, events, inputs), in `run_dir`
-    (created if missing); writers that discard everything when there is no folder."""
-    run_path = None if run_dir is None else Path(run_dir)
-    if run_path is not None:
-        run_path.mkdir(parents=True, exist_ok=True)
-
-    def writer(name: str) -> JsonlWriter:
-        return JsonlWriter(None if run_path is None else run_path / name)
-
-    return writer(REQUESTS_FILE), writer(EVENTS_FILE), writer(INPUTS_FILE)
-
-
-def input_recorder(out: JsonlWriter, t0: float) -> Callable[[RequestSpec, str, bytes], None]:
-    """Writes each request body as it leaves (resends included) to inputs.jsonl: with the path
-    and the offset from the run's start, another client can send the same requests in the same
-    pattern. The API key travels in a header and is never written."""
-    sends: dict[str, int] = {}
-
-    def record(spec: RequestSpec, url: str, body: bytes) -> None:
-        sends[spec.request_id] = sends.get(spec.request_id, 0) + 1
-        out.write(
-            {
-                "request_id": spec.request_id,
-                "send": sends[spec.request_id],
-                "experiment": spec.experiment,
-                "phase": spec.phase,
-                "t_offset_s": round(time.perf_counter() - t0, 6),
-                "method": "POST",
-                "path": urlsplit(url).path,
-                "body": json.loads(body),
-            }
-        )
-
-    return record
-
-
 async def _run_one(
     name: str,
     step: StepPlan,
@@ -422,29 +377,3 @@ async def _attempt(
     ctx.events.event("experiment-end", experiment=name, sent=guard.sent, health=window.health.describe())
     after = await ctx.scrape() if before is not None else None
     return outcome, window.health, ServerDelta(before, after)
-
-
-def run_summary(driver: Driver, source: str, window_s: float) -> dict[str, Result]:
-    records = driver.records
-    prov = Provenance(method="active-probe/run", source=source, window_s=window_s)
-    if not records:
-        return not_measured(
-            (Q.ACTIVE_REQUESTS_SENT, Q.ACTIVE_FAILED_FRACTION), driver.server_gone or "no request was sent"
-        )
-    failed = [r for r in records if r.server_fault]
-    kinds: dict[str, int] = {}
-    for r in failed:
-        if r.fault is not None:  # (a server fault always is one)
-            kinds[r.fault.value] = kinds.get(r.fault.value, 0) + 1
-    detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])) or "none"
-    return {
-        Q.ACTIVE_REQUESTS_SENT: Measurement(
-            float(len(records)), "count", prov, note=f"{driver.not_sent} more were planned but not sent (budget)"
-        ),
-        Q.ACTIVE_FAILED_FRACTION: Measurement(
-            len(failed) / len(records),
-            "fraction",
-            prov,
-            note=f"faults: {detail}" + (f"; {driver.server_gone}" if driver.server_gone else ""),
-        ),
-    }

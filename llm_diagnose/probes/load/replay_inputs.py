@@ -434,8 +434,8 @@ async def run_replay(base_url: str, plan: ReplayPlan, budget: ActiveBudget, run_
     """
     # The recorder and the summary are the experiments' own, so a replay's files read like any run's.
     from llm_diagnose.probes import quantities as Q
-    from llm_diagnose.probes.experiments import input_recorder, run_summary, run_writers
     from llm_diagnose.probes.http import normalize_base_url, redact_url
+    from llm_diagnose.probes.load.active_run import input_recorder, run_summary, run_writers
     from llm_diagnose.probes.load.budget import BudgetGuard
     from llm_diagnose.probes.load.client import StreamingClient, is_local_target
     from llm_diagnose.probes.load.health import HealthWindow
