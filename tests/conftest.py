@@ -19,7 +19,12 @@ from llm_diagnose.diagnose.demo.tiny_model import RECIPE_VERSION, make_tiny_mode
 from llm_diagnose.diagnose.demo.vllm_server import VllmServer, vllm_available
 
 REAL_ENGINE_FIXTURES = {"vllm_server", "vllm_server_factory"}
-MAX_LIVE_SERVERS = 2  # each idle vLLM CPU server still polls (~0.15 core): keep few alive on 2 cores
+# Each idle vLLM CPU server still polls (~0.15 core) and holds ~2.8 GB: keep few alive on 2 cores
+# and 24 GB. Every start costs ~40-45 s on the 2-core host (three processes importing torch one
+# after another), so the default server, which most tests use, is never the one stopped: in a
+# full run with two live servers and no such rule, the default server and the prefix-off one
+# were each started twice.
+MAX_LIVE_SERVERS = 3
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -101,16 +106,21 @@ def vllm_server_factory(
         if p.default is not inspect.Parameter.empty
     }
 
-    def get(**flags: object) -> VllmServer:
+    def key_of(**flags: object) -> tuple[str, dict]:
         flags = {**defaults, "model_dir": tiny_model_dir, **flags}
         flags["extra_args"] = tuple(flags["extra_args"])  # type: ignore[arg-type]
-        key = repr(sorted(flags.items()))
+        return repr(sorted(flags.items())), flags
+
+    default_key, _ = key_of()
+
+    def get(**flags: object) -> VllmServer:
+        key, flags = key_of(**flags)
         if key in servers:
             servers[key] = servers.pop(key)  # most recently used last
         else:
-            # Each server holds ~2.8 GB: keep the most recently used few, stop the oldest.
+            # Keep the most recently used few, stop the oldest that is not the default server.
             while len(servers) >= MAX_LIVE_SERVERS:
-                servers.pop(next(iter(servers))).stop()
+                servers.pop(next(k for k in servers if k != default_key)).stop()
             model_dir = Path(flags.pop("model_dir"))  # type: ignore[arg-type]
             server = VllmServer(model_dir, tmp_path_factory.mktemp("vllm"), **flags)  # type: ignore[arg-type]
             server.start()

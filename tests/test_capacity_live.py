@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import random
 import statistics
 from pathlib import Path
@@ -204,18 +205,20 @@ def _plan_active(server, trace_path: Path, folder: Path, capsys) -> dict:
     return plan
 
 
-@pytest.mark.parametrize("kind", ["shared-prefix", "heavy-tailed"])
+# The suite runs `plan --active` on the heavy-tailed workload; the shared-prefix one goes through the
+# model in the projection test below. The benchmark (benchmarks/RESULTS.md, "Capacity planning")
+# runs both: LLMD_CAPACITY_WORKLOADS=shared-prefix,heavy-tailed.
+WORKLOADS = os.environ.get("LLMD_CAPACITY_WORKLOADS", "heavy-tailed").split(",")
+
+
+@pytest.mark.parametrize("kind", WORKLOADS)
 def test_measured_goodput_agrees_with_the_model(kind, vllm_server_factory, tmp_path, capsys):
+    # One search, no second try: TOLERANCE is the bracket's own span, over 4x the widest
+    # disagreement measured (RESULTS.md), so only a broken model or a server that stopped fails it.
     server = vllm_server_factory()
     trace_path = write_trace(tmp_path / f"{kind}.jsonl", kind)
     plan = _plan_active(server, trace_path, tmp_path, capsys)
     ok, ratio = _agrees(plan["measured_goodput"])
-    if not ok:
-        # One more try, from a fresh calibration: on 2 shared cores one 24-request trial's median
-        # swung 2x between neighbouring rates (RESULTS.md); a broken model disagrees twice.
-        tmp_path = tmp_path / "second-try"
-        plan = _plan_active(server, trace_path, tmp_path, capsys)
-        ok, ratio = _agrees(plan["measured_goodput"])
     print(f"{kind}: measured/predicted goodput {ratio}; model error {plan['model_error']['max_abs_error']:.0%}")
     assert ok, plan["measured_goodput"]
     assert plan["model_error"]["comparisons"]  # validated on the live trials, none of which it was fitted on
@@ -277,9 +280,7 @@ def test_prefix_caching_projection_matches_a_run_with_caching_on(vllm_server_fac
     def agrees(search) -> bool:
         return search.bound == "bracketed" and 1 / TOLERANCE <= search.goodput_rps / projected <= TOLERANCE
 
-    result = asyncio.run(measure())
-    if not agrees(result.search):  # one more search, as in the test above (same reason)
-        result = asyncio.run(measure())
+    result = asyncio.run(measure())  # one search (see the test above)
     print(f"prefix caching: measured/projected goodput {result.search.goodput_rps} / {projected}")
     assert agrees(result.search), result.search.trials
     assert items_from_trace(trace, 128)[3].blocks[:4] == items_from_trace(trace, 128)[0].blocks[:4]

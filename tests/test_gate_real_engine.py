@@ -21,7 +21,6 @@ import pytest
 
 from llm_diagnose.diagnose.cli import main
 from llm_diagnose.diagnose.collect import RunPlan, run_target
-from llm_diagnose.diagnose.demo.vllm_server import VllmServer
 from llm_diagnose.probes.http import make_session
 from llm_diagnose.probes.load.budget import ActiveBudget, BudgetGuard
 from llm_diagnose.probes.load.client import StreamingClient
@@ -140,10 +139,9 @@ def test_prompts_that_defeat_the_prefix_cache_are_a_regression(vllm_server, base
     assert (tmp_path / "gate.md").read_text().startswith("## llm-diagnose gate: REGRESSION")
 
 
-def test_turning_prefix_caching_off_is_a_regression(tiny_model_dir, baseline, rules, tmp_path, capsys):
-    # Our own server, stopped at the end of this test: the shared one stays on.
-    with VllmServer(tiny_model_dir, tmp_path / "server", prefix_caching=False) as off:
-        current = measured_run(off.url, off.model_name, tmp_path / "off", seed=4)
+def test_turning_prefix_caching_off_is_a_regression(vllm_server_factory, baseline, rules, tmp_path, capsys):
+    off = vllm_server_factory(prefix_caching=False)  # the default server's twin with the cache off
+    current = measured_run(off.url, off.model_name, tmp_path / "off", seed=4)
     junit = tmp_path / "gate.xml"
     code = gate(baseline, current, rules, "--junit", str(junit))
     out = capsys.readouterr().out

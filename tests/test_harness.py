@@ -114,21 +114,6 @@ def test_vllm_metrics_show_prefix_caching_on(vllm_server: VllmServer) -> None:
 
 
 @pytest.mark.real_engine
-def test_vllm_server_stops_its_whole_process_group(
-    tiny_model_dir: Path, tmp_path: Path, vllm_server_factory: object
-) -> None:
-    # vllm_server_factory is requested only for its clear failure when vLLM is missing.
-    with VllmServer(
-        tiny_model_dir, tmp_path, prefix_caching=False, max_model_len=1024, extra_args=["--max-num-seqs", "4"]
-    ) as server:
-        assert server.args[-3:] == ["--no-enable-prefix-caching", "--max-num-seqs", "4"]
-        assert len(group_members(server.pid)) >= 3  # API server, EngineCore, Worker
-        text = _get(server.url + "/metrics").decode()
-        assert 'enable_prefix_caching="False"' in text
-    assert group_members(server.pid) == []
-
-
-@pytest.mark.real_engine
 def test_vllm_server_that_cannot_start_fails_fast_with_its_log(tmp_path: Path, vllm_server_factory: object) -> None:
     with pytest.raises(FileNotFoundError):
         VllmServer(tmp_path / "no-such-model", tmp_path).start()

@@ -25,7 +25,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from llm_diagnose.diagnose.demo.vllm_server import VllmServer, cpu_dtype, dtype_bytes
+from llm_diagnose.diagnose.demo.vllm_server import VllmServer, cpu_dtype, dtype_bytes, group_members
 from llm_diagnose.probes.discovery import discover
 from llm_diagnose.probes.http import (
     HTTPStatusError,
@@ -590,6 +590,9 @@ class TestRealVllm:
         assert (tmp_path / "metrics.jsonl").read_text().count("\n") == len(w.records)
 
     def test_prefix_caching_off(self, pressure_server):
+        # The harness puts the flags it was given last, after its own.
+        tail = ["--no-enable-prefix-caching", "--num-gpu-blocks-override", "16", "--max-num-seqs", "16"]
+        assert pressure_server.args[-5:] == tail
         ev = passive_evidence(run(scrape_window(pressure_server.url + "/metrics", 0.3, interval_s=0.3)))
         assert ev["config.prefix_caching"].value is False
         assert ev["config.prefix_caching"].note == "enable_prefix_caching=False"
@@ -598,12 +601,15 @@ class TestRealVllm:
 @pytest.mark.real_engine
 def test_server_stopped_mid_window(pressure_server, tmp_path):
     # Last in the module: it stops the module's server (stop() is idempotent for the teardown).
+    # The harness's stop() ends the whole process group, not just the API server it started.
+    assert len(group_members(pressure_server.pid)) >= 3  # API server, EngineCore, Worker
     stopper = threading.Timer(2.0, pressure_server.stop)  # stop() blocks; run it beside the loop
     stopper.start()
     try:
         w = run(scrape_window(pressure_server.url + "/metrics", 30.0, interval_s=0.25, run_dir=tmp_path))
     finally:
         stopper.join()
+    assert group_members(pressure_server.pid) == []
     assert w.stopped_early and "failed 3 scrapes in a row" in w.stopped_early
     assert len(w.ok_records) >= 2 and [r.ok for r in w.records[-3:]] == [False] * 3
     assert w.duration_s < 20  # it stopped early instead of waiting out the 30 s

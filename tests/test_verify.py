@@ -117,6 +117,21 @@ def test_a_change_with_no_effect_is_no_measurable_effect(tmp_path, before):
     assert result.verdict == "no-measurable-effect" and result.exit_code() == ExitCode.OK
 
 
+def test_an_outcome_the_techniques_mechanism_did_not_cause_is_not_credited_to_it(tmp_path, before):
+    # Seen on vLLM CPU: prefix caching turned on for prompts too short to fill a KV block, hit rate
+    # 0% -> 0%, and TTFT -82% because BEFORE was the first traffic of a freshly started server.
+    after = write_run(tmp_path / "after", prefix_caching=True, hit_rate=0.0, ttft_s=0.12, seed=2)
+    result = verify(side(before), side(after))
+    assert verdicts(result) == {"prefix.hit_rate": "no-measurable-effect", "latency.ttft_p50_s": "cannot-tell"}
+    ttft = next(c for c in result.claims if c.claim.key == "latency.ttft_p50_s")
+    assert ttft.interval[1] < -0.10  # it did move the promised way ...
+    assert "not credited to prefix-caching" in ttft.basis and "prefix.hit_rate did not" in ttft.basis
+    assert result.verdict == "cannot-tell"
+    # ... and a worse outcome stays worse: a change that did nothing should not hurt either.
+    worse = write_run(tmp_path / "worse", prefix_caching=True, hit_rate=0.0, ttft_s=0.30, seed=3)
+    assert verdicts(verify(side(before), side(worse)))["latency.ttft_p50_s"] == "made-it-worse"
+
+
 def test_a_harmful_change_made_it_worse_and_exits_1(tmp_path, before, capsys):
     after = write_run(tmp_path / "after", prefix_caching=True, hit_rate=0.0, ttft_s=0.30, seed=2)
     result = verify(side(before), side(after))

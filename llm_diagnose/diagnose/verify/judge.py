@@ -43,7 +43,7 @@ from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, format_value
 from llm_diagnose.diagnose.runfolder import REQUESTS, RunFolder, RunFolderError
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
-from llm_diagnose.diagnose.verify.claims import ADOPTION, CLAIMS, SWITCHES, Claim
+from llm_diagnose.diagnose.verify.claims import ADOPTION, MECHANISMS, SWITCHES, Claim, claims_for
 from llm_diagnose.diagnose.verify.result import (
     AdoptedTechnique,
     ChangeKind,
@@ -470,6 +470,28 @@ def _method(s: GateSettings) -> str:
     )
 
 
+def credit_to_mechanism(results: tuple[ClaimResult, ...]) -> tuple[ClaimResult, ...]:
+    """One technique's judged claims, with outcomes it cannot have caused no longer credited to it.
+
+    Where the technique's mechanism claim (`MECHANISMS`: prefix caching's hit rate) showed no
+    effect or the wrong one, an outcome claim that moved the promised way is `cannot-tell`: it
+    moved, but something else moved it (a server warming up, the host's load, another change).
+    A worse outcome stays worse: a change that did nothing should not make things worse either.
+    """
+    mechanism = next((r for r in results if MECHANISMS.get(r.technique) == r.claim.key), None)
+    if mechanism is None or mechanism.verdict not in ("no-measurable-effect", "made-it-worse"):
+        return results
+    why = (
+        f"; not credited to {mechanism.technique}: it moved the promised way, but its mechanism "
+        f"{mechanism.claim.key} did not ({mechanism.before} -> {mechanism.after}: {mechanism.verdict}), so "
+        "something else moved it (a freshly started server warming up, the host's load, another change)"
+    )
+    return tuple(
+        replace(r, verdict="cannot-tell", basis=r.basis + why) if r is not mechanism and r.verdict == "delivered" else r
+        for r in results
+    )
+
+
 def verify(
     before: RunSide, after: RunSide, *, change_note: str = "", settings: GateSettings | None = None
 ) -> VerifyResult:
@@ -500,9 +522,13 @@ def verify(
     if not comparability.comparable:
         return result  # different workloads: no verdict at all
     claims = tuple(
-        judge_claim(t.technique, c, before.evidence, after.evidence, settings)
+        claim
         for t in adopted
-        for c in CLAIMS.get(t.technique, ())
+        for claim in credit_to_mechanism(
+            tuple(
+                judge_claim(t.technique, c, before.evidence, after.evidence, settings) for c in claims_for(t.technique)
+            )
+        )
     )
     claimed = frozenset(k for c in claims for k in _SOURCES.get(c.claim.key, (c.claim.key,)))
     return replace(
