@@ -119,7 +119,7 @@ def test_a_change_with_no_effect_is_no_measurable_effect(tmp_path, before):
 
 def test_an_outcome_the_techniques_mechanism_did_not_cause_is_not_credited_to_it(tmp_path, before):
     # Seen on vLLM CPU: prefix caching turned on for prompts too short to fill a KV block, hit rate
-    # 0% -> 0%, and TTFT -82% because BEFORE was the first traffic of a freshly started server.
+    # 0% -> 0%, and TTFT -82% (BEFORE was the first traffic of a server started seconds earlier).
     after = write_run(tmp_path / "after", prefix_caching=True, hit_rate=0.0, ttft_s=0.12, seed=2)
     result = verify(side(before), side(after))
     assert verdicts(result) == {"prefix.hit_rate": "no-measurable-effect", "latency.ttft_p50_s": "cannot-tell"}
