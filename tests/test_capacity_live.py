@@ -208,13 +208,13 @@ def _plan_active(server, trace_path: Path, folder: Path, capsys) -> dict:
 # The suite runs `plan --active` on the heavy-tailed workload; the shared-prefix one goes through the
 # model in the projection test below. The benchmark (benchmarks/RESULTS.md, "Capacity planning")
 # runs both: LLMD_CAPACITY_WORKLOADS=shared-prefix,heavy-tailed.
-WORKLOADS = os.environ.get("LLMD_CAPACITY_WORKLOADS", "heavy-tailed").split(",")
+WORKLOADS = [w for w in os.environ.get("LLMD_CAPACITY_WORKLOADS", "heavy-tailed").split(",") if w.strip()]
 
 
 @pytest.mark.parametrize("kind", WORKLOADS)
 def test_measured_goodput_agrees_with_the_model(kind, vllm_server_factory, tmp_path, capsys):
-    # One search, no second try: TOLERANCE is the bracket's own span, over 4x the widest
-    # disagreement measured (RESULTS.md), so only a broken model or a server that stopped fails it.
+    # One search, no second try: TOLERANCE is the bracket's own span, about 3x beyond the widest
+    # disagreement measured (RESULTS.md: 0.33-3.3), so a broken model or a stopped server fails it.
     server = vllm_server_factory()
     trace_path = write_trace(tmp_path / f"{kind}.jsonl", kind)
     plan = _plan_active(server, trace_path, tmp_path, capsys)

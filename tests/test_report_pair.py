@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from html import escape
 from html.parser import HTMLParser
@@ -9,6 +10,7 @@ from html.parser import HTMLParser
 from llm_diagnose.diagnose.cli import main
 from llm_diagnose.diagnose.errors import ExitCode
 from llm_diagnose.diagnose.report.html import CSP
+from tests import test_report_samples as samples
 from tests.test_verify import write_run
 
 
@@ -58,3 +60,22 @@ def test_two_runs_in_markdown_or_three_runs_are_one_line_errors(tmp_path, capsys
     assert len(err.strip().splitlines()) == 1 and "llm-diagnose verify BEFORE AFTER" in err
     assert main(["report", str(before), str(after), str(after)]) == ExitCode.USAGE
     assert "got 3 runs" in capsys.readouterr().err
+
+
+def test_the_pair_page_shows_markup_as_text_and_withholds_prompts(tmp_path):
+    # AFTER detects the dynamic-prefix pitfall, whose explanation quotes the probe's note with a
+    # prompt in it: verify lists it as a harmful side effect, and the page must withhold it there
+    # too, not only in the diagnosis columns.
+    hostile = samples.hostile_evidence()
+    quiet = {k: v for k, v in hostile.items.items() if k != "prompts.dynamic_prefix_fraction"}
+    before = samples.write_run(tmp_path / "before", dataclasses.replace(hostile, items=quiet))
+    after = samples.write_run(tmp_path / "after", hostile)
+    out = tmp_path / "pair.html"
+    assert main(["report", str(before), str(after), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "<script" not in page.lower() and escape(samples.XSS) in page
+    assert "helpful bot" not in page and "prompt text withheld: sha256" in page
+    verify_part = page.split('<section id="verify">')[1].split("</section>")[0]
+    assert "pitfall:dynamic-prefix" in verify_part and "prompt text withheld: sha256" in verify_part
+    assert main(["report", str(before), str(after), "--out", str(out), "--include-prompts"]) == 0
+    assert "helpful bot" in out.read_text()

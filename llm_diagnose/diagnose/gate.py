@@ -26,8 +26,10 @@ on the machine, a different host) is not in them: the tolerance has to absorb it
 
 Diagnosis rules compare the two diagnoses: a newly detected pitfall, an answer that changed,
 a technique newly recommended (or found not working), a technique that was in place and is
-not any more (turned off, or no longer shown to work) are regressions by default. An answer
-that changed between weak answers (confidence at most `min_confidence`) is inconclusive.
+not any more (seen turned off, or no longer needed) are regressions by default. A technique in
+place before that the current run could not verify (its switch not seen off: too little
+traffic to tell, say) follows the unknown-answer rule, inconclusive by default, as does an
+answer that changed between weak answers (confidence at most `min_confidence`).
 
 `GateResult.exit_code()` follows `llm_diagnose.diagnose.errors.ExitCode`: 0 no regression, 1 regression,
 5 inconclusive when asked to fail on it.
@@ -62,7 +64,7 @@ from llm_diagnose.diagnose.gate_rules import (
     statistic_name,
 )
 from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, UNSETTLED_STATUSES, format_value
-from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUES, Diagnosis
+from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUE_ON_NODES, TECHNIQUES, Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance
 from llm_diagnose.probes.stats import ORDER_STATISTIC_ABOVE, bootstrap_comparison, comparison_of
@@ -429,10 +431,16 @@ def compare_diagnoses(base: Diagnosis, cur: Diagnosis, rules: GateRules) -> list
         name = f"technique:{t}"
         if now in ACTIVE_STATUSES and was not in ACTIVE_STATUSES:
             out.append(_severity(r.new_recommendation, f"now {now}: {c_rec[t].reason}", name, was, now))
-        elif was == "in-place" and now in UNSETTLED_STATUSES and cur.technique_on(t) is not False:
-            # Knowing less is not a regression: the technique was not seen switched off, and the
-            # current run could not tell whether it still works (too little traffic in its window,
-            # say), which is the unknown-answer rule's case. Seen off, it is a lost technique.
+        elif (
+            was == "in-place"
+            and now in UNSETTLED_STATUSES
+            and t in TECHNIQUE_ON_NODES
+            and cur.technique_on(t) is not False
+        ):
+            # Knowing less is not a regression: a switch not seen off, in a run that could not tell
+            # whether it still works (too little traffic in its window, say), is the unknown-answer
+            # rule's case. Seen off, or a technique the tree records no switch for (quantization,
+            # parallelism, disaggregation can read "unknown" while seen off), it is a lost technique.
             why = c_rec[t].reason if t in c_rec else "not in the current diagnosis"
             out.append(_severity(r.unknown_answer, f"in place before, now {now}: {why}", name, was, now))
         elif was == "in-place" and now != "in-place":

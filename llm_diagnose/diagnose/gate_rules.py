@@ -36,7 +36,7 @@ FILE`) overrides any of them; every field is optional:
     unknown_answer = "inconclusive"    # an answer that became, or was, "unknown"; a technique in
                                        # place before that the current run could not verify
     new_recommendation = "regression"  # a technique recommended (or not working) now and not before
-    lost_technique = "regression"      # a technique in place before and not now (turned off, not working)
+    lost_technique = "regression"      # a technique in place before and not now (seen off, no longer needed)
     min_confidence = 0.5               # a change between answers no surer than this counts as unknown_answer
 
 Each diagnosis rule, and each severity, is one of "regression", "inconclusive", "warning"

@@ -133,10 +133,12 @@ def run(args: argparse.Namespace) -> int:
     thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     slo = load_slo(args)
     fmt = _format(args)
-    if len(args.runs) > 2 or (len(args.runs) == 2 and fmt != "html"):
+    if len(args.runs) > 2:
+        raise UsageError(f"report takes one run, or two (BEFORE AFTER) for the HTML page; got {len(args.runs)} runs")
+    if len(args.runs) == 2 and fmt != "html":
         raise UsageError(
-            f"report takes one run, or two (BEFORE AFTER) for the HTML page; got {len(args.runs)} runs as "
-            f"{fmt}: for two runs in Markdown or JSON use llm-diagnose verify BEFORE AFTER --markdown FILE / --json"
+            f"two runs make one HTML page, not {fmt}: for two runs in Markdown or JSON use llm-diagnose verify "
+            "BEFORE AFTER --markdown FILE / --json"
         )
     if args.out is not None:
         check_out_file(args.out)  # before the work
@@ -166,7 +168,7 @@ def _run_pair(args: argparse.Namespace, thresholds: Thresholds | None, slo: SLO 
 
     loaded = [load_run(path, thresholds, slo) for path in args.runs]
     result = verify(*(RunSide.of(x.folder, x.diagnosis, x.note) for x in loaded))
-    text = render_pair(PairSide.of(loaded[0]), PairSide.of(loaded[1]), result)
+    text = render_pair(PairSide.of(loaded[0]), PairSide.of(loaded[1]), result, include_prompts=args.include_prompts)
     for x in loaded:
         if x.note:
             print(f"llm-diagnose: {x.note}", file=sys.stderr)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.tree.diagnosis import Comparison, Diagnosis, Recommendation
@@ -42,6 +42,7 @@ __all__ = [
     "shown_settings",
     "redact_marker",
     "slo_summary",
+    "prompt_scrubber",
 ]
 
 REPORT_SCHEMA = "llm-diagnose/report"
@@ -113,6 +114,15 @@ class _Redactor:
             if secret in text:
                 text = text.replace(secret, self.secrets[secret])
         return text
+
+
+def prompt_scrubber(*evidence: Evidence | None, include_prompts: bool = False) -> Callable[[str], str]:
+    """Withholds the prompt strings of all these runs' evidence wherever they appear in a text
+    (for text built outside `content`, such as verify's claims on the before/after page)."""
+    scrub = _Redactor(None, include_prompts)
+    for ev in evidence:
+        scrub.secrets.update(_Redactor(ev, include_prompts).secrets)
+    return scrub
 
 
 def format_result(result: Result, key: str = "") -> str:

@@ -11,11 +11,12 @@ data and writes nothing; the page loads nothing either (same Content-Security-Po
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 
-from llm_diagnose.diagnose.report.content import content
+from llm_diagnose.diagnose.report.content import content, prompt_scrubber
 from llm_diagnose.diagnose.report.figures import figures
 from llm_diagnose.diagnose.report.html import badge, figure, page, table
 from llm_diagnose.diagnose.runfolder import RunFolder
@@ -49,36 +50,48 @@ class PairSide:
         return cls(loaded.diagnosis, loaded.folder)
 
 
-def _verify_section(result: VerifyResult) -> str:
+def _verify_section(result: VerifyResult, scrub: Callable[[str], str]) -> str:
+    """verify's result, every text through `scrub` (prompt strings withheld) and then escaped."""
+
+    def t(text: str) -> str:
+        return escape(scrub(text))
+
+    def rows(cells: list[list[str]]) -> list[list[str]]:
+        return [[scrub(c) for c in row] for row in cells]
+
     out = [
         f'<section id="verify"><h2>Did the change deliver? {badge(result.verdict)}</h2>',
-        f'<p class="sub">before <code>{escape(result.before_label)}</code>, after '
-        f"<code>{escape(result.after_label)}</code></p>",
+        f'<p class="sub">before <code>{t(result.before_label)}</code>, after <code>{t(result.after_label)}</code></p>',
     ]
     if result.change_note:
-        out.append(f"<p><strong>Change (as noted):</strong> {escape(result.change_note)}</p>")
-    rows = verify_render.config_rows(result)
+        out.append(f"<p><strong>Change (as noted):</strong> {t(result.change_note)}</p>")
+    config = rows(verify_render.config_rows(result))
     out.append("<h3>What changed (configuration discovered in each run)</h3>")
-    out.append(table(verify_render.CONFIG_HEADERS, rows) if rows else "<p>Nothing discovered changed.</p>")
-    judged = "".join(f"<li><code>{escape(a.technique)}</code>: {escape(a.why)}</li>" for a in result.adopted)
+    out.append(table(verify_render.CONFIG_HEADERS, config) if config else "<p>Nothing discovered changed.</p>")
+    judged = "".join(f"<li><code>{t(a.technique)}</code>: {t(a.why)}</li>" for a in result.adopted)
     out.append(f"<h3>Judged techniques</h3><ul>{judged or '<li>none</li>'}</ul>")
     same = "comparable" if result.comparability.comparable else "not comparable: no verdicts"
     out.append(f"<h3>Workload: {escape(same)}</h3>")
     if result.comparability.checks:
-        out.append(table(verify_render.WORKLOAD_HEADERS, verify_render.workload_rows(result)))
-    out += [f"<p>{escape(r)}</p>" for r in result.comparability.reasons]
+        out.append(table(verify_render.WORKLOAD_HEADERS, rows(verify_render.workload_rows(result))))
+    out += [f"<p>{t(r)}</p>" for r in result.comparability.reasons]
     if result.comparability.comparable:
         out.append("<h3>Promised effects</h3>")
         if result.claims:
-            rows = [[escape(c) for c in row[:-1]] + [badge(row[-1])] for row in verify_render.claim_rows(result)]
-            out.append(table(verify_render.CLAIM_HEADERS, rows, raw=True))
-            out += [f'<p class="sub"><code>{escape(c.claim.key)}</code>: {escape(c.basis)}</p>' for c in result.claims]
+            claims = [
+                [escape(c) for c in row[:-1]] + [badge(row[-1])] for row in rows(verify_render.claim_rows(result))
+            ]
+            out.append(table(verify_render.CLAIM_HEADERS, claims, raw=True))
+            out += [f'<p class="sub"><code>{t(c.claim.key)}</code>: {t(c.basis)}</p>' for c in result.claims]
         else:
             out.append("<p>None to judge.</p>")
         out.append("<h3>Side effects</h3>")
-        rows = verify_render.side_effect_rows(result)
-        out.append(table(verify_render.SIDE_EFFECT_HEADERS, rows) if rows else "<p>None beyond the noise.</p>")
-    out += [f'<p class="sub">{escape(n)}</p>' for n in (*result.notes, result.method) if n]
+        effects = rows(verify_render.side_effect_rows(result))
+        out.append(table(verify_render.SIDE_EFFECT_HEADERS, effects) if effects else "<p>None beyond the noise.</p>")
+        if result.slo:
+            slo = [[scrub(x.objective), x.before, x.after] for x in result.slo]
+            out.append("<h3>SLO checks</h3>" + table(["objective", "before", "after"], slo))
+    out += [f'<p class="sub">{t(n)}</p>' for n in (*result.notes, result.method) if n]
     out.append("</section>")
     return "".join(out)
 
@@ -105,17 +118,28 @@ def _techniques(c: dict) -> str:
     return table(["technique", "status"], [[escape(t), badge(s)] for t, s in c["technique_status"]], raw=True)
 
 
-def render_pair(before: PairSide, after: PairSide, result: VerifyResult) -> str:
-    """The whole page for two runs: verify's result, then the two diagnoses column by column."""
-    cb = content(before.diagnosis, before.folder.evidence, run=before.folder)
-    ca = content(after.diagnosis, after.folder.evidence, run=after.folder)
+def _answers_shown(c: dict) -> list[tuple[str, str, str]]:
+    return [(q["question"], q["answer"], q["verdict"]) for q in c["questions"]]
+
+
+def render_pair(before: PairSide, after: PairSide, result: VerifyResult, *, include_prompts: bool = False) -> str:
+    """The whole page for two runs: verify's result, then the two diagnoses column by column.
+
+    Rows whose two halves differ (the bottleneck, the answers, the techniques' status) are shaded.
+    Prompt text is withheld everywhere unless `include_prompts`, as in the one-run report.
+    """
+    evb, eva = before.folder.evidence, after.folder.evidence
+    cb = content(before.diagnosis, evb, run=before.folder, include_prompts=include_prompts)
+    ca = content(after.diagnosis, eva, run=after.folder, include_prompts=include_prompts)
+    scrub = prompt_scrubber(evb, eva, include_prompts=include_prompts)
     heads = _row(
-        f'<h3 class="side">Before: <code>{escape(result.before_label)}</code></h3>',
-        f'<h3 class="side">After: <code>{escape(result.after_label)}</code></h3>',
+        f'<h3 class="side">Before: <code>{escape(scrub(result.before_label))}</code></h3>',
+        f'<h3 class="side">After: <code>{escape(scrub(result.after_label))}</code></h3>',
     )
+    engines = cb["engine"] if cb["engine"] == ca["engine"] else f"{cb['engine']} (before), {ca['engine']} (after)"
     parts = [
-        f'<header><h1>Before and after</h1><p class="sub">engine {escape(ca["engine"])}</p></header>',
-        _verify_section(result),
+        f'<header><h1>Before and after</h1><p class="sub">engine {escape(engines)}</p></header>',
+        _verify_section(result, scrub),
         '<section id="side-by-side"><h2>The two diagnoses</h2>',
         heads,
         _row(
@@ -124,7 +148,7 @@ def render_pair(before: PairSide, after: PairSide, result: VerifyResult) -> str:
             cb["bottleneck"] != ca["bottleneck"],
         ),
         "<h3>Answers</h3>",
-        _row(_answers(cb), _answers(ca)),
+        _row(_answers(cb), _answers(ca), _answers_shown(cb) != _answers_shown(ca)),
         "<h3>Every technique</h3>",
         _row(_techniques(cb), _techniques(ca), cb["technique_status"] != ca["technique_status"]),
         "</section>",
