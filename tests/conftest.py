@@ -20,11 +20,11 @@ from llm_diagnose.diagnose.demo.vllm_server import VllmServer, vllm_available
 
 REAL_ENGINE_FIXTURES = {"vllm_server", "vllm_server_factory"}
 # Each idle vLLM CPU server still polls (~0.15 core) and holds ~2.8 GB: keep few alive on 2 cores
-# and 24 GB. Every start costs ~40-45 s on the 2-core host (three processes importing torch one
-# after another), so the default server, which most tests use, is never the one stopped: in a
-# full run with two live servers and no such rule, the default server and the prefix-off one
-# were each started twice.
-MAX_LIVE_SERVERS = 3
+# and 24 GB (a run with three alive had a load average of 9 and three live tests failing). Every
+# start costs ~40-45 s on the 2-core host (three processes importing torch one after another), so
+# the default server, which most tests use, is never the one stopped: in a full run without that
+# rule it was started twice.
+MAX_LIVE_SERVERS = 2
 
 
 def pytest_configure(config: pytest.Config) -> None:
