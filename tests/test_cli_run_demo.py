@@ -53,6 +53,9 @@ def test_the_demo_finds_fixes_and_proves_a_bottleneck_on_a_real_vllm(tmp_path, c
     assert doc["comparable"] is True, doc["comparability_reasons"]
     hit = [c for c in doc["claims"] if c["key"] == "prefix.hit_rate"]
     assert hit and hit[0]["verdict"] == "delivered", doc["claims"]
+    # 4. and shown: the before/after page, verify's result over both diagnoses
+    page = (out / "before-after.html").read_text()
+    assert 'id="verify"' in page and 'id="side-by-side"' in page and "config.prefix_caching" in page
 
 
 def test_run_against_nothing_is_a_target_error(tmp_path, capsys):

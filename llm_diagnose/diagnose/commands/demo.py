@@ -104,18 +104,24 @@ def run(args: argparse.Namespace) -> int:
     after = _observe(model_dir, workdir, after_dir, workload, args, slo, prefix_caching=True)
 
     _say("3/3 verify: did the change deliver what the diagnosis promised?")
-    from llm_diagnose.diagnose.runfolder import RunFolder
+    from llm_diagnose.diagnose.report.html_pair import PairSide, render_pair
+    from llm_diagnose.diagnose.runfolder import RunFolder, write_output
     from llm_diagnose.diagnose.verify.judge import RunSide, verify
     from llm_diagnose.diagnose.verify.render import render_text
 
+    folders = RunFolder.load(before_dir), RunFolder.load(after_dir)
     result = verify(
-        RunSide.of(RunFolder.load(before_dir), before.diagnosis),
-        RunSide.of(RunFolder.load(after_dir), after.diagnosis),
+        RunSide.of(folders[0], before.diagnosis),
+        RunSide.of(folders[1], after.diagnosis),
         change_note=f"server restarted with {FIX_FLAG}, as recommended",
     )
     print()
     sys.stdout.write(render_text(result))
-    print(f"\nrun folders: {before_dir} (before), {after_dir} (after)")
+    page = out / "before-after.html"
+    write_output(
+        page, render_pair(PairSide(before.diagnosis, folders[0]), PairSide(after.diagnosis, folders[1]), result)
+    )
+    print(f"\nrun folders: {before_dir} (before), {after_dir} (after); both side by side: {page}")
     print(f"again, offline: llm-diagnose verify {before_dir} {after_dir}")
     return ExitCode.PARTIAL if (before.partial or after.partial) else result.exit_code()
 
