@@ -31,11 +31,30 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "real_engine: runs against a real vLLM / transformers server on loopback")
 
 
+# Modules that need the default server and its prefix-off twin run right after the others that
+# do, while the factory still holds both: in file order a small-model server came in between, and
+# the prefix-off one was started a second time (~65 s on the 2-core host).
+RUN_AFTER = {
+    "test_fleet_prometheus.py": "test_change_verified_live.py",
+    "test_gate_real_engine.py": "test_change_verified_live.py",
+}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A test that asks for a real server is a real-engine test, marked or not.
     for item in items:
         if REAL_ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.real_engine)
+    last = {item.path.name: i for i, item in enumerate(items)}  # each module's last position
+
+    def place(pair: tuple[int, pytest.Item]) -> tuple[float, int]:
+        i, item = pair
+        anchor = RUN_AFTER.get(item.path.name)
+        if anchor is None or anchor not in last:  # not moved, or its anchor is not in this run
+            return (float(i), i)
+        return (last[anchor] + 0.5, i)  # after the anchor module, in its own order
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=place)]
 
 
 ARTEFACTS_DIR = Path(__file__).resolve().parent.parent / ".test-artefacts"  # gitignored

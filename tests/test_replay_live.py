@@ -49,8 +49,8 @@ def _first_sends(folder: Path) -> list[dict]:
 def test_a_replay_sends_the_same_bodies_at_the_same_offsets(vllm_server, tmp_path):
     before, after = tmp_path / "before", tmp_path / "after"
     _run(
-        vllm_server, before, "--active", "--experiments", "decode,prefix", "--budget-requests", "60",
-        "--budget-seconds", "30",
+        vllm_server, before, "--active", "--experiments", "decode,prefix", "--budget-requests", "40",
+        "--budget-seconds", "16",
     )  # fmt: skip
     original = _first_sends(before)
     assert len(original) >= 10, "the first run sent too little to replay"
