@@ -108,19 +108,32 @@ SETTLE_PAUSE_S = 0.05
 SETTLE_TRIES = 20  # at most a second
 
 
+# Families the serving process exports about itself, not about the engine's work: its CPU time,
+# garbage collector and HTTP handlers move whenever anyone reads or calls the server. Left in, a
+# page never "settled" while other clients scraped it (CI: four diagnosers on one vLLM, each
+# settled scrape ran to its 1 s limit, and the decode experiment's batch-1 share was gone before
+# its first request: an empty run).
+NOT_ENGINE_PREFIXES = ("process_", "python_", "http_")
+
+
 def _counters(record: ScrapeRecord | None) -> frozenset:
-    """Every counter value and histogram count of a scrape (NaN left out: it never equals itself)."""
+    """Every engine counter value and histogram count of a scrape (NaN left out: it never equals itself)."""
     scrape = getattr(record, "scrape", None)
     if scrape is None:
         return frozenset()
     values = {
         (name, s.labels, s.value)
         for name, series in scrape.samples.items()
-        if name.endswith("_total")
+        if name.endswith("_total") and not name.startswith(NOT_ENGINE_PREFIXES)
         for s in series
         if not math.isnan(s.value)
     }
-    values |= {(name, h.labels, h.count) for name, hs in scrape.histograms.items() for h in hs}
+    values |= {
+        (name, h.labels, h.count)
+        for name, hs in scrape.histograms.items()
+        if not name.startswith(NOT_ENGINE_PREFIXES)
+        for h in hs
+    }
     return frozenset(values)
 
 
