@@ -263,3 +263,56 @@ def test_an_answer_that_flips_at_low_confidence_is_inconclusive():
     assert o.verdict == "inconclusive" and "low confidence" in o.detail
     strict = GateRules(diagnosis=DiagnosisRules(min_confidence=0.4))
     assert {o.name: o for o in compare_diagnoses(weak_no, weak_yes, strict)}["answer:Q6"].verdict == "regression"
+
+
+# --- client latencies cross-checked with the engine's own histogram ---------------------------------
+def _client_and_engine(client_values, engine_values):
+    """A run as the gate reads one: the client's per-request TTFTs and the engine's TTFT histogram
+    over the same requests (known only by its summary, as a window of /metrics gives it)."""
+    from llm_diagnose.probes.results import Measurement, Summary
+    from tests.evidence_builders import PROV
+
+    s = Summary.from_samples(engine_values)
+    return build(
+        {
+            "requests.ttft_p50_s": sampled(client_values, "s"),
+            "latency.ttft_p50_s": Measurement(s.median, "s", PROV, summary=s),
+        }
+    )
+
+
+CLIENT_TTFT = MetricRule("requests.ttft_p50_s", "lower", 0.10)
+
+
+def test_a_client_slowdown_the_engine_did_not_see_is_inconclusive_where_a_client_disagreed():
+    # Seen in CI: a starved client read answers 0.5 s late and in bunches while vLLM's own TTFT
+    # histogram said 12 ms; the client's +2500% is the path's, not the change's.
+    engine = _lognormal(24, 0.015, 0.3, 1)
+    base = _client_and_engine(_lognormal(24, 0.020, 0.3, 2), engine)
+    cur = _client_and_engine(_lognormal(24, 0.450, 0.5, 3), _lognormal(24, 0.013, 0.3, 4))
+    o = compare_metric(CLIENT_TTFT, base, cur, RULES)
+    assert o.verdict == "inconclusive", o
+    assert "the engine's own latency.ttft_p50_s" in o.detail and "in the current run, ttft: client mean" in o.detail
+    assert o.interval is not None and o.interval[0] > 1.0  # the client's interval is still reported
+
+
+def test_a_client_slowdown_the_engine_saw_too_stands():
+    base = _client_and_engine(_lognormal(100, 0.020, 0.2, 2), _lognormal(100, 0.015, 0.2, 1))
+    cur = _client_and_engine(_lognormal(100, 0.450, 0.2, 3), _lognormal(100, 0.100, 0.2, 4))
+    o = compare_metric(CLIENT_TTFT, base, cur, RULES)
+    assert o.verdict == "regression" and "the same way" in o.detail, o
+
+
+def test_clients_that_agree_with_their_engines_stand_alone():
+    # The engine's coarse histogram cannot see +40%, but both clients tracked their engines: the
+    # client's finer samples decide.
+    base = _client_and_engine(_lognormal(100, 0.100, 0.1, 2), _lognormal(100, 0.100, 0.1, 1))
+    cur = _client_and_engine(_lognormal(100, 0.140, 0.1, 3), _lognormal(100, 0.140, 0.1, 4))
+    o = compare_metric(CLIENT_TTFT, base, cur, RULES)
+    assert o.verdict == "regression" and "engine" not in o.detail, o
+
+
+def test_an_engine_that_counted_other_traffic_is_no_cross_check():
+    base = _client_and_engine(_lognormal(24, 0.020, 0.3, 2), _lognormal(24, 0.015, 0.3, 1))
+    cur = _client_and_engine(_lognormal(24, 0.450, 0.3, 3), _lognormal(200, 0.013, 0.3, 4))  # 200 observed vs our 24
+    assert compare_metric(CLIENT_TTFT, base, cur, RULES).verdict == "regression"

@@ -81,3 +81,29 @@ NOT_UP = Claim("latency.ttft_p50_s", "not-up", 0.10)
 )
 def test_an_interval_is_judged_against_the_minimum_effect(claim, low, high, verdict):
     assert judge_interval(claim, low, high) == verdict
+
+
+def test_a_client_change_the_engine_did_not_see_is_not_the_techniques_doing():
+    """verify's claim follows the gate's cross-check: a TTFT the client saw 20x worse while the
+    engine's own histogram did not move (the client starved in one run) is cannot-tell, not
+    made-it-worse (test_change_verified_live: +137% in CI; here +2541% client, -20% engine)."""
+    import numpy as np
+
+    from llm_diagnose.diagnose.gate_rules import GateSettings
+    from llm_diagnose.diagnose.verify.judge import judge_claim
+    from llm_diagnose.probes.results import Measurement, Summary
+    from tests.evidence_builders import PROV, build, sampled
+
+    def run(client_median: float, seed: int):
+        rng = np.random.default_rng(seed)
+        engine = Summary.from_samples(list(rng.lognormal(np.log(0.015), 0.3, 24)))
+        return build(
+            {
+                "requests.ttft_p50_s": sampled(list(rng.lognormal(np.log(client_median), 0.3, 24)), "s"),
+                Q.TTFT_P50: Measurement(engine.median, "s", PROV, summary=engine),
+            }
+        )
+
+    r = judge_claim("prefix-caching", DOWN, run(0.020, 1), run(0.450, 2), GateSettings())
+    assert r.verdict == "cannot-tell", r
+    assert "the engine's own" in r.basis and "in AFTER" in r.basis, r.basis

@@ -21,6 +21,12 @@ A quantity with neither (a single reading, a ratio of counters, a histogram's ta
 is compared by value against the tolerance, and its outcome says so: noise is not accounted
 for there. A quantity measured in one run only is inconclusive; in neither, skipped.
 
+Client-side latencies (`requests.*`) are cross-checked with the engine's own histogram of the
+same concept: where in either run the client's mean disagrees with the engine's over the same
+requests, a regression or improvement the client saw stands only if the engine's figure moved
+the same way; otherwise it is inconclusive (the change lies on the path between them: a starved
+client on a busy host, the API server, the network).
+
 The intervals cover the sampling noise within each run. Drift between runs (another tenant
 on the machine, a different host) is not in them: the tolerance has to absorb it.
 
@@ -66,6 +72,8 @@ from llm_diagnose.diagnose.gate_rules import (
 from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, UNSETTLED_STATUSES, format_value
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUE_ON_NODES, TECHNIQUES, Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
+from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.client_server import OTHER_TRAFFIC_FACTOR, SideBySide
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance
 from llm_diagnose.probes.stats import ORDER_STATISTIC_ABOVE, bootstrap_comparison, comparison_of
 
@@ -252,12 +260,77 @@ def compare_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules:
 
     A regression then becomes what the rule's severity says (a warning, say, on a shared runner).
     """
-    outcome = _judge_metric(rule, base_ev, cur_ev, rules)
+    outcome = _cross_checked(rule, _judge_metric(rule, base_ev, cur_ev, rules), base_ev, cur_ev, rules)
     severity = rule.severity or rules.settings.severity
     if outcome.verdict != "regression" or severity == "regression":
         return outcome
     note = " (ignored by the rules)" if severity == "ignore" else f" (a {severity} by the rules)"
     return replace(outcome, verdict=_AS_VERDICT[severity], detail=outcome.detail + note)
+
+
+# --- client against engine -------------------------------------------------------------------------
+# A client-side latency and the engine's own histogram of the same concept (same requests).
+ENGINE_COUNTERPARTS: dict[str, tuple[str, str]] = {
+    REQUEST_TTFT_P50: (Q.TTFT_P50, "ttft"),
+    REQUEST_TTFT_P99: (Q.TTFT_P99, "ttft"),
+    REQUEST_E2E_P50: (Q.E2E_P50, "e2e"),
+    # A request's mean gap against the engine's per-token one: equal weights per request instead of
+    # per token, close enough for a 25% + 2 ms agreement, and bundled tokens (gaps of 0) stand out.
+    REQUEST_TPOT_P50: (Q.ITL_P50, "itl"),
+}
+
+
+def client_engine_disagreement(key: str, ev: Evidence) -> SideBySide | None:
+    """The client's mean of `key` beside the engine's histogram mean, when the two disagree
+    (`llm_diagnose.probes.client_server.SideBySide.agree`); None when they agree or one is missing
+    or the engine counted others' requests too (then the comparison says nothing)."""
+    if key not in ENGINE_COUNTERPARTS:
+        return None
+    engine_key, concept = ENGINE_COUNTERPARTS[key]
+    client, engine = ev.measurement(key), ev.measurement(engine_key)
+    if client is None or not client.samples or engine is None or engine.summary is None:
+        return None
+    s, n = engine.summary, len(client.samples)
+    if s.n <= 0 or s.mean <= 0 or s.n > OTHER_TRAFFIC_FACTOR * n + 2:
+        return None
+    pair = SideBySide(concept, float(np.mean(client.samples)), n, s.mean, s.n)
+    return None if pair.agree else pair
+
+
+def _cross_checked(rule: MetricRule, outcome: Outcome, base: Evidence, cur: Evidence, rules: GateRules) -> Outcome:
+    """A client latency's decisive change, kept only if the engine saw it too, where a run's client
+    disagreed with its engine.
+
+    Client latencies are what users see, and they also carry the path from the engine to the
+    client: the API server, the network and, on a busy host, the client's own scheduling (a
+    starved event loop reads answers late and in bunches). Where in either run the client's mean
+    disagrees with the engine's own histogram over the same requests, a regression (or an
+    improvement) the client saw stands only if the engine's figure moved the same way under the
+    same rule; otherwise it is inconclusive: the time was added or lost on the path, and two runs
+    cannot say whether users would see it. Where both runs' clients agree with their engines,
+    the client's finer samples stand alone.
+    """
+    if rule.key not in ENGINE_COUNTERPARTS or outcome.verdict not in ("regression", "improvement"):
+        return outcome
+    off = [
+        f"in {side}, {pair.describe()}"
+        for side, ev in (("the baseline", base), ("the current run", cur))
+        if (pair := client_engine_disagreement(rule.key, ev)) is not None
+    ]
+    if not off:
+        return outcome
+    engine_key = ENGINE_COUNTERPARTS[rule.key][0]
+    engine = _judge_metric(replace(rule, key=engine_key), base, cur, rules)
+    seen = f"the engine's own {engine_key}: {engine.verdict} {engine.change}".rstrip()
+    if engine.verdict == outcome.verdict:
+        return replace(outcome, detail=f"{outcome.detail}; {seen}, the same way")
+    return replace(
+        outcome,
+        verdict="inconclusive",
+        detail=f"{outcome.detail}, but {seen}, and the client disagreed with the engine ({'; '.join(off)}): "
+        "the change lies between engine and client (a starved client on a busy host, the API server, the "
+        "network), which two runs cannot attribute; rerun both on a quiet host",
+    )
 
 
 def _judge_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules: GateRules) -> Outcome:

@@ -397,8 +397,13 @@ def judge_claim(technique: str, claim: Claim, before: Evidence, after: Evidence,
         return ClaimResult(technique, claim, verdict, o.baseline, o.current, o.change, via + basis, o.point, interval)
 
     if o.interval is not None:
+        verdict = judge_interval(claim, *o.interval)
+        if o.verdict == "inconclusive" and verdict in ("delivered", "made-it-worse"):
+            # The gate withheld the interval's verdict: the client saw a change its engine did not
+            # (`gate._cross_checked`), which says where the time went and why it is not the change's.
+            return result("cannot-tell", _reword(o.detail), o.interval)
         how = o.detail.split(": the ", 1)[0]  # the gate's "how: the interval ..." without its verdict's why
-        return result(judge_interval(claim, *o.interval), how, o.interval)
+        return result(verdict, how, o.interval)
     if o.point is not None:
         return result(
             judge_interval(claim, o.point, o.point), "values compared (no raw samples: noise not accounted for)"

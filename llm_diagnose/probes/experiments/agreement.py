@@ -23,49 +23,20 @@ this client sent (other traffic shares the histograms), are not compared.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
 from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.client_server import OTHER_TRAFFIC_FACTOR, SLACK_S, TOLERANCE, SideBySide
 from llm_diagnose.probes.experiments.common import ServerDelta
 from llm_diagnose.probes.load.records import RequestRecord
 from llm_diagnose.probes.results import Measurement, Provenance, Result
 
 __all__ = ["TOLERANCE", "SLACK_S", "SideBySide", "compare", "run_level", "CONCEPT_KEYS"]
 
-TOLERANCE = 0.25  # of the server's mean
-SLACK_S = {"ttft": 0.020, "itl": 0.002, "e2e": 0.030}  # what loopback HTTP and the API server add
-OTHER_TRAFFIC_FACTOR = 1.5  # server observations beyond this many times ours: someone else's requests
 CONCEPT_KEYS = {
     "ttft": Q.CLIENT_SERVER_TTFT_RATIO,
     "itl": Q.CLIENT_SERVER_ITL_RATIO,
     "e2e": Q.CLIENT_SERVER_E2E_RATIO,
 }
-
-
-@dataclass(frozen=True)
-class SideBySide:
-    """One latency concept over one window: the client's mean beside the engine's."""
-
-    concept: str  # "ttft", "itl", "e2e"
-    client_mean_s: float
-    client_n: int
-    server_mean_s: float
-    server_n: float
-
-    @property
-    def ratio(self) -> float:
-        return self.client_mean_s / self.server_mean_s
-
-    @property
-    def agree(self) -> bool:
-        return abs(self.client_mean_s - self.server_mean_s) <= (TOLERANCE * self.server_mean_s + SLACK_S[self.concept])
-
-    def describe(self) -> str:
-        return (
-            f"{self.concept}: client mean {self.client_mean_s * 1e3:.1f} ms ({self.client_n}) vs server "
-            f"{self.server_mean_s * 1e3:.1f} ms ({self.server_n:.0f}), "
-            + ("agree" if self.agree else f"disagree beyond {TOLERANCE:.0%} + {SLACK_S[self.concept] * 1e3:g} ms")
-        )
 
 
 def _client_samples(records: list[RequestRecord], concept: str) -> list[float]:
