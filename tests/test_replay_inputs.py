@@ -390,3 +390,38 @@ def test_a_lengths_only_replay_asks_tokenize_once_within_the_budget(tmp_path):
     assert sorted((r["request_id"], r["phase"]) for r in records) == [("a", "interference/solo"), ("b", "interference")]
     end = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()][-1]
     assert (end["event"], end["sent"], end["not_sent"]) == ("run-end", 3, 1)
+
+
+# --- punctuality -------------------------------------------------------------------------------------
+def _sent(rid: str, t_send: float):
+    from llm_diagnose.probes.load.records import RequestRecord
+
+    return RequestRecord(rid, "replay", "decode", "", "completions", t_send, 0.0)
+
+
+def test_a_punctual_replay_reports_its_lateness_without_a_warning():
+    from llm_diagnose.probes import quantities as Q
+    from llm_diagnose.probes.load.replay_punctuality import send_lateness
+
+    offsets = {f"r{i}": 0.1 * i for i in range(10)}
+    records = [_sent(f"r{i}", 100.0 + 0.1 * i + 0.002 * (i % 3)) for i in range(10)]
+    m = send_lateness(offsets, records, None, "test")[Q.REPLAY_SEND_LATENESS_P50]
+    assert m.value == pytest.approx(0.002) and not m.warnings and len(m.samples) == 10
+
+
+def test_a_replay_whose_client_stalled_says_it_did_not_keep_time():
+    """As in CI: the event loop stalled, and every send due during the stall left at its end."""
+    from llm_diagnose.probes import quantities as Q
+    from llm_diagnose.probes.load.health import ClientHealth
+    from llm_diagnose.probes.load.replay_punctuality import send_lateness
+
+    offsets = {f"r{i}": 0.1 * i for i in range(10)}
+    # The loop stalled from 0.05 to 0.65 s: r1-r6 (due 0.1-0.6 s) all left at 0.65 s.
+    records = [_sent(f"r{i}", 100.0 + (0.65 if 1 <= i <= 6 else 0.1 * i)) for i in range(10)]
+    records.append(_sent("r1", 200.0))  # a resend of r1: only its first send counts
+    stalled = ClientHealth(2.0, (0.001,) * 50 + (1.8,), 0.05, 10, 0.001, 0.99, 2, True)
+    m = send_lateness(offsets, records, stalled, "test")[Q.REPLAY_SEND_LATENESS_P50]
+    assert [round(x, 3) for x in m.samples] == [0.0, 0.0, 0.0, 0.0, 0.05, 0.15, 0.25, 0.35, 0.45, 0.55], m
+    assert m.value == pytest.approx(0.1)
+    assert m.warnings and "did not keep the recorded times" in m.warnings[0]
+    assert "client starved: its event loop stalled for up to 1.8 s" in m.warnings[0]

@@ -321,7 +321,11 @@ def _cross_checked(rule: MetricRule, outcome: Outcome, base: Evidence, cur: Evid
         return outcome
     engine_key = ENGINE_COUNTERPARTS[rule.key][0]
     engine = _judge_metric(replace(rule, key=engine_key), base, cur, rules)
-    seen = f"the engine's own {engine_key}: {engine.verdict} {engine.change}".rstrip()
+    # In words, not verdict names: this outcome has one verdict, and a text search for it must find only that.
+    moved = {"regression": "worse", "improvement": "better", "pass": "within the tolerance"}.get(
+        engine.verdict, "too noisy or too few to tell"
+    )
+    seen = f"the engine's own {engine_key} read {engine.change or engine.current} ({moved})"
     if engine.verdict == outcome.verdict:
         return replace(outcome, detail=f"{outcome.detail}; {seen}, the same way")
     return replace(

@@ -388,6 +388,11 @@ ACTIVE_NOTES = _q(
     "kept without a verdict, optional request fields the server rejected",
     "fact",
 )
+REPLAY_SEND_LATENESS_P50 = _q(
+    "replay.send_lateness_p50_s",
+    "s",
+    "median of how late a replay sent each request after its recorded offset (the most punctual one taken as on time)",
+)
 ACTIVE_REQUESTS_SENT = _q("active.requests_sent", "count", "requests the active experiments sent")
 ACTIVE_FAILED_FRACTION = _q(
     "active.failed_request_fraction",

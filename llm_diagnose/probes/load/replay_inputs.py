@@ -440,8 +440,9 @@ async def run_replay(base_url: str, plan: ReplayPlan, budget: ActiveBudget, run_
     from llm_diagnose.probes.load.client import StreamingClient, is_local_target
     from llm_diagnose.probes.load.health import HealthWindow
     from llm_diagnose.probes.load.prompts import calibrate_prompts
+    from llm_diagnose.probes.load.replay_punctuality import send_lateness
     from llm_diagnose.probes.load.runner import Driver
-    from llm_diagnose.probes.results import Fact, Provenance
+    from llm_diagnose.probes.results import Fact, Measurement, Provenance
 
     guard = BudgetGuard(budget)
     base = normalize_base_url(base_url)
@@ -481,7 +482,11 @@ async def run_replay(base_url: str, plan: ReplayPlan, budget: ActiveBudget, run_
             not_sent = driver.not_sent
             results.update(window.health.measurements(source))
             results.update(run_summary(driver, source, window.health.window_s))
+            lateness = send_lateness({r.request_id: r.offset_s for r in plan.requests}, driver.records,
+                                     window.health, source)  # fmt: skip
+            results.update(lateness)
             notes = [plan.describe().replace("\n  ", "; "), *client.negotiated]
+            notes += [w for m in lateness.values() if isinstance(m, Measurement) for w in m.warnings]
             if not_sent:
                 notes.append(f"{not_sent} requests of the source were not sent (budget)")
             results[Q.ACTIVE_NOTES] = Fact("; ".join(notes), Provenance(method="active-probe/replay", source=source))
