@@ -73,7 +73,7 @@ from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, UNSETTLED_STAT
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUE_ON_NODES, TECHNIQUES, Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes import quantities as Q
-from llm_diagnose.probes.client_server import OTHER_TRAFFIC_FACTOR, SideBySide
+from llm_diagnose.probes.client_server import SideBySide, others_counted
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance
 from llm_diagnose.probes.stats import ORDER_STATISTIC_ABOVE, bootstrap_comparison, comparison_of
 
@@ -291,7 +291,7 @@ def client_engine_disagreement(key: str, ev: Evidence) -> SideBySide | None:
     if client is None or not client.samples or engine is None or engine.summary is None:
         return None
     s, n = engine.summary, len(client.samples)
-    if s.n <= 0 or s.mean <= 0 or s.n > OTHER_TRAFFIC_FACTOR * n + 2:
+    if s.n <= 0 or s.mean <= 0 or others_counted(s.n, n):
         return None
     pair = SideBySide(concept, float(np.mean(client.samples)), n, s.mean, s.n)
     return None if pair.agree else pair

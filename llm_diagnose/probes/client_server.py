@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TOLERANCE", "SLACK_S", "OTHER_TRAFFIC_FACTOR", "SideBySide"]
+__all__ = ["TOLERANCE", "SLACK_S", "OTHER_TRAFFIC_FACTOR", "SideBySide", "others_counted"]
 
 TOLERANCE = 0.25  # of the server's mean
 SLACK_S = {"ttft": 0.020, "itl": 0.002, "e2e": 0.030}  # what loopback HTTP and the API server add
@@ -40,3 +40,9 @@ class SideBySide:
             f"{self.server_mean_s * 1e3:.1f} ms ({self.server_n:.0f}), "
             + ("agree" if self.agree else f"disagree beyond {TOLERANCE:.0%} + {SLACK_S[self.concept] * 1e3:g} ms")
         )
+
+
+def others_counted(server_n: float, ours: int) -> bool:
+    """Whether the engine's histogram counted far more requests than the client sent: other
+    traffic shares it, so its mean is not of our requests and the two cannot be compared."""
+    return server_n > OTHER_TRAFFIC_FACTOR * ours + 2

@@ -25,7 +25,7 @@ from __future__ import annotations
 import statistics
 
 from llm_diagnose.probes import quantities as Q
-from llm_diagnose.probes.client_server import OTHER_TRAFFIC_FACTOR, SLACK_S, TOLERANCE, SideBySide
+from llm_diagnose.probes.client_server import SLACK_S, TOLERANCE, SideBySide, others_counted
 from llm_diagnose.probes.experiments.common import ServerDelta
 from llm_diagnose.probes.load.records import RequestRecord
 from llm_diagnose.probes.results import Measurement, Provenance, Result
@@ -61,7 +61,7 @@ def compare(records: list[RequestRecord], server: ServerDelta) -> tuple[list[Sid
             continue
         mean, count = hist
         ours = len(client) if concept == "itl" else done
-        if count > OTHER_TRAFFIC_FACTOR * ours + 2:
+        if others_counted(count, ours):
             skipped.append(f"{concept}: the server counted {count:.0f} against our {ours} (other traffic)")
             continue
         out.append(SideBySide(concept, statistics.fmean(client), len(client), mean, count))

@@ -482,8 +482,8 @@ async def run_replay(base_url: str, plan: ReplayPlan, budget: ActiveBudget, run_
             not_sent = driver.not_sent
             results.update(window.health.measurements(source))
             results.update(run_summary(driver, source, window.health.window_s))
-            lateness = send_lateness({r.request_id: r.offset_s for r in plan.requests}, driver.records,
-                                     window.health, source)  # fmt: skip
+            offsets = {r.request_id: r.offset_s for r in plan.requests}
+            lateness = send_lateness(offsets, driver.records, window.health, source)
             results.update(lateness)
             notes = [plan.describe().replace("\n  ", "; "), *client.negotiated]
             notes += [w for m in lateness.values() if isinstance(m, Measurement) for w in m.warnings]

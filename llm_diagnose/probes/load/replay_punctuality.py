@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llm_diagnose.probes import quantities as Q
-from llm_diagnose.probes.load.health import ClientHealth
+from llm_diagnose.probes.load.health import STALL_S, ClientHealth
 from llm_diagnose.probes.load.records import RequestRecord
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, percentile
 
 __all__ = ["PUNCTUAL_MEDIAN_S", "PUNCTUAL_MAX_S", "send_lateness"]
 
 PUNCTUAL_MEDIAN_S = 0.05  # a median send this late changes how requests overlap at ~10-100 ms latencies
-PUNCTUAL_MAX_S = 0.5  # one send this late is a stall (health.STALL_S), not jitter
+PUNCTUAL_MAX_S = STALL_S  # one send this late is a stall, not jitter
 
 
 def send_lateness(
