@@ -39,9 +39,9 @@ def observe(server, out: Path, workload: DemoWorkload) -> Path:
     out.mkdir(parents=True)
 
     async def drive(base_url, found, run_dir):
-        completed, failed = await workload.drive(base_url, server.model_name, run_dir / REQUESTS, delay_s=0.5)
+        completed, failed, health = await workload.drive(base_url, server.model_name, run_dir / REQUESTS, delay_s=0.5)
         assert failed == 0, f"{failed} of the workload's requests failed (server log: {server.log_path})"
-        return {}
+        return health.measurements(f"the demo's workload against {base_url}")
 
     plan = RunPlan(
         url=server.url,
@@ -62,7 +62,7 @@ def warm_up(server, scratch: Path) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     for workload in (QUESTIONS_ONLY, SHARED):
         warm = DemoWorkload(requests=8, spread_s=0.5, seed=99, system_prompt=workload.system_prompt)
-        completed, _ = asyncio.run(warm.drive(server.url, server.model_name, scratch / REQUESTS, delay_s=0.0))
+        completed, _, _ = asyncio.run(warm.drive(server.url, server.model_name, scratch / REQUESTS, delay_s=0.0))
         assert completed, f"the warm-up got no answer (server log: {server.log_path})"
 
 

@@ -32,6 +32,11 @@ def test_the_demo_finds_fixes_and_proves_a_bottleneck_on_a_real_vllm(tmp_path, c
             assert (folder / name).stat().st_size > 0, (folder, name)
         assert len((folder / "requests.jsonl").read_text().splitlines()) == 32  # the same workload twice
         assert len((folder / "metrics.jsonl").read_text().splitlines()) >= 8  # one line per scrape, as taken
+        # The host beside the server: vLLM's processes were found through its port, so the CPU of
+        # other processes is told from the server's (verify reads it: a host that changed under the
+        # server between the runs makes its timings cannot-tell).
+        others = Evidence.from_json((folder / "evidence.json").read_text()).measurement("client.host_other_cores")
+        assert others is not None and "server's processes" in (others.note or ""), folder
     # 1. found: the server runs without prefix caching while every prompt shares a long system prompt
     ev_before = Evidence.from_json((before / "evidence.json").read_text())
     assert ev_before.fact("engine.name") == "vllm" and ev_before.fact("config.prefix_caching") is False
@@ -162,3 +167,34 @@ def _wait_idle(url: str, timeout_s: float = 30.0) -> None:
         if busy == 0:
             return
         time.sleep(0.2)
+
+
+@pytest.mark.real_engine
+def test_a_terminated_run_stops_like_ctrl_c_and_keeps_its_samples(vllm_server, tmp_path):
+    # `kill`, `docker stop` and a CI job's timeout send TERM, not Ctrl-C. Python's default for TERM
+    # ends the process on the spot: no cleanup (the demo's vLLM servers were left running, seen here),
+    # no message. The command line turns it into an interrupt.
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "r"
+    argv = [sys.executable, "-m", "llm_diagnose", "run", "--url", vllm_server.url, "--duration", "120",
+            "--interval", "0.5", "--out", str(out), "--quiet"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        metrics = out / "metrics.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "llm-diagnose: interrupted; the scrapes taken so far are in" in err and "Traceback" not in err, err
+    assert len(metrics.read_text().splitlines()) >= 2

@@ -316,3 +316,33 @@ def test_an_engine_that_counted_other_traffic_is_no_cross_check():
     base = _client_and_engine(_lognormal(24, 0.020, 0.3, 2), _lognormal(24, 0.015, 0.3, 1))
     cur = _client_and_engine(_lognormal(24, 0.450, 0.3, 3), _lognormal(200, 0.013, 0.3, 4))  # 200 observed vs our 24
     assert compare_metric(CLIENT_TTFT, base, cur, RULES).verdict == "regression"
+
+
+def _tpot_and_itl(tpot_values, itl_values, decode_tokens: int):
+    """A run's per-request TPOTs (the client's), the engine's ITL histogram (one observation per
+    token after a request's first) and how many such tokens the client's requests had."""
+    from llm_diagnose.probes.results import Measurement, Summary
+    from tests.evidence_builders import PROV
+
+    s = Summary.from_samples(itl_values)
+    return build(
+        {
+            "requests.tpot_p50_s": sampled(tpot_values, "s"),
+            "requests.decode_tokens": Measurement(float(decode_tokens), "tokens", PROV),
+            "decode.itl_p50_s": Measurement(s.median, "s", PROV, summary=s),
+        }
+    )
+
+
+def test_bundled_tokens_are_no_faster_decoding_the_engine_counts_tokens_not_requests():
+    # Seen on a busy host: the starved client read each answer in one burst, so its per-request
+    # time per token fell to 0 (-100%, "better") while vLLM's ITL histogram said 3.5 ms throughout.
+    # The histogram holds one observation per token (24 requests x 30 tokens), not one per request.
+    itl = _lognormal(720, 0.0035, 0.2, 1)
+    base = _tpot_and_itl(_lognormal(24, 0.0035, 0.1, 2), itl, 720)
+    cur = _tpot_and_itl([0.0] * 24, _lognormal(720, 0.0036, 0.2, 3), 720)
+    o = compare_metric(MetricRule("requests.tpot_p50_s", "lower", 0.10), base, cur, RULES)
+    assert o.verdict == "inconclusive" and "itl: client mean 0" in o.detail, o
+    # Where the client's requests cannot account for what the engine counted, others shared it: no cross-check.
+    other = _tpot_and_itl([0.0] * 24, _lognormal(720, 0.0036, 0.2, 3), 100)
+    assert compare_metric(MetricRule("requests.tpot_p50_s", "lower", 0.10), base, other, RULES).verdict == "improvement"

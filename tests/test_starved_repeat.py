@@ -22,7 +22,7 @@ from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.experiments.common import ExperimentContext, ExperimentOutcome
 from llm_diagnose.probes.experiments.plan import HeterogeneityPlan
 from llm_diagnose.probes.load.budget import ActiveBudget, BudgetGuard
-from llm_diagnose.probes.load.health import LAG_FRACTION_OF_GAP, STALL_S, ClientHealth
+from llm_diagnose.probes.load.health import LAG_FRACTION_OF_GAP, STALL_S, ClientHealth, TargetHost
 from llm_diagnose.probes.load.prompts import PromptMaker
 from llm_diagnose.probes.load.records import JsonlWriter
 from llm_diagnose.probes.load.runner import Driver
@@ -69,7 +69,7 @@ def test_a_blocked_event_loop_is_measured_as_starved(monkeypatch, tmp_path):
     monkeypatch.setitem(E._RUNNERS, "heterogeneity", blocking)
     ctx, guard, events = _context(tmp_path, ActiveBudget(100, 60))
     outcome, health, server = asyncio.run(
-        E._attempt("heterogeneity", HeterogeneityPlan(time_cap_s=5.0), ctx, guard, _Client(), True)
+        E._attempt("heterogeneity", HeterogeneityPlan(time_cap_s=5.0), ctx, guard, _Client(), TargetHost(True))
     )
     events.close()
     assert health.loop_lag_p99_s >= 0.1, health.describe()
@@ -93,7 +93,7 @@ def _run(monkeypatch, tmp_path, starved_attempts: set[int], budget: ActiveBudget
     monkeypatch.setattr(ClientHealth, "starved", starved)
     ctx, guard, events = _context(tmp_path, budget)
     step = HeterogeneityPlan(time_cap_s=2.0)
-    out = asyncio.run(E._run_one("heterogeneity", step, ctx, guard, _Client(), True, reserve))
+    out = asyncio.run(E._run_one("heterogeneity", step, ctx, guard, _Client(), TargetHost(True), reserve))
     events.close()
     return out, attempts, ctx.notes, (tmp_path / "events.jsonl").read_text()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Collection
 
@@ -97,7 +98,13 @@ def _version() -> str:
     return f"llm-diagnose {tool_version()}"
 
 
+def _stop_on_term(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds like Ctrl-C: servers the demo started stop, samples stay on disk
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the command line itself (not a caller's): a TERM (kill, docker stop, a CI timeout) is a Ctrl-C
+        signal.signal(signal.SIGTERM, _stop_on_term)
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command_of(argv)
     parser = build_parser(full=(command,) if command in COMMANDS else ())

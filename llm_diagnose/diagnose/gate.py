@@ -61,6 +61,7 @@ import numpy as np
 from llm_diagnose.diagnose.gate_render import render_json, render_junit, render_text
 from llm_diagnose.diagnose.gate_result import VERDICTS, GateResult, Outcome, RunData, Verdict
 from llm_diagnose.diagnose.gate_rules import (
+    REQUEST_DECODE_TOKENS,
     REQUEST_E2E_P50,
     REQUEST_TPOT_P50,
     REQUEST_TTFT_P50,
@@ -69,6 +70,7 @@ from llm_diagnose.diagnose.gate_rules import (
     MetricRule,
     statistic_name,
 )
+from llm_diagnose.diagnose.host_load import host_load_change, host_timed
 from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, UNSETTLED_STATUSES, format_value
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUE_ON_NODES, TECHNIQUES, Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
@@ -118,10 +120,12 @@ def request_measurements(records: Sequence[RequestRecord] | None, source: str) -
     ttft: list[float] = []
     tpot: list[float] = []
     e2e: list[float] = []
+    decode_tokens = 0
     for r in records:
         if not r.completed or r.ttft_s is None:
             continue
         ttft.append(r.ttft_s)
+        decode_tokens += max(r.tokens_out - 1, 0)
         if len(r.event_times) > 1:
             tpot.append((r.event_times[-1] - r.event_times[0]) / (len(r.event_times) - 1))
         if r.e2e_s is not None:
@@ -140,6 +144,10 @@ def request_measurements(records: Sequence[RequestRecord] | None, source: str) -
                 samples=tuple(values),
                 note=f"{len(values)} completed requests, timed by the load driver",
             )
+    if out:
+        out[REQUEST_DECODE_TOKENS] = Measurement(
+            float(decode_tokens), "tokens", prov, note="output tokens after each completed request's first"
+        )
     return out
 
 
@@ -261,6 +269,7 @@ def compare_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules:
     A regression then becomes what the rule's severity says (a warning, say, on a shared runner).
     """
     outcome = _cross_checked(rule, _judge_metric(rule, base_ev, cur_ev, rules), base_ev, cur_ev, rules)
+    outcome = _host_checked(rule, outcome, base_ev, cur_ev)
     severity = rule.severity or rules.settings.severity
     if outcome.verdict != "regression" or severity == "regression":
         return outcome
@@ -291,7 +300,14 @@ def client_engine_disagreement(key: str, ev: Evidence) -> SideBySide | None:
     if client is None or not client.samples or engine is None or engine.summary is None:
         return None
     s, n = engine.summary, len(client.samples)
-    if s.n <= 0 or s.mean <= 0 or others_counted(s.n, n):
+    # The engine's ITL histogram holds one observation per token after a request's first, not one per request.
+    ours = n
+    if concept == "itl":
+        tokens = ev.measurement(REQUEST_DECODE_TOKENS)
+        if tokens is None:
+            return None
+        ours = int(tokens.value)
+    if s.n <= 0 or s.mean <= 0 or others_counted(s.n, ours):
         return None
     pair = SideBySide(concept, float(np.mean(client.samples)), n, s.mean, s.n)
     return None if pair.agree else pair
@@ -334,6 +350,22 @@ def _cross_checked(rule: MetricRule, outcome: Outcome, base: Evidence, cur: Evid
         detail=f"{outcome.detail}, but {seen}, and the client disagreed with the engine ({'; '.join(off)}): "
         "the change lies between engine and client (a starved client on a busy host, the API server, the "
         "network), which two runs cannot attribute; rerun both on a quiet host",
+    )
+
+
+def _host_checked(rule: MetricRule, outcome: Outcome, base: Evidence, cur: Evidence) -> Outcome:
+    """A timed metric's decisive change, withheld where the host's other load changed under the
+    server between the runs (`llm_diagnose.diagnose.host_load`): client and engine slow down
+    together then, so the cross-check above cannot see it."""
+    if not host_timed(rule.key) or outcome.verdict not in ("regression", "improvement"):
+        return outcome
+    why = host_load_change(base, cur)
+    if why is None:
+        return outcome
+    return replace(
+        outcome,
+        verdict="inconclusive",
+        detail=f"{outcome.detail}, but {why}; rerun both on a quiet host (nothing else busy beside the server)",
     )
 
 

@@ -62,6 +62,7 @@ __all__ = [
     "REQUEST_TTFT_P99",
     "REQUEST_TPOT_P50",
     "REQUEST_E2E_P50",
+    "REQUEST_DECODE_TOKENS",
     "GateRulesError",
     "MetricRule",
     "DiagnosisRules",
@@ -81,6 +82,9 @@ REQUEST_TTFT_P50 = "requests.ttft_p50_s"
 REQUEST_TTFT_P99 = "requests.ttft_p99_s"
 REQUEST_TPOT_P50 = "requests.tpot_p50_s"
 REQUEST_E2E_P50 = "requests.e2e_p50_s"
+# Not a gated metric: how many inter-token intervals the engine's ITL histogram should hold for
+# the client's requests (each one's output tokens after its first), for the cross-check.
+REQUEST_DECODE_TOKENS = "requests.decode_tokens"
 SEVERITIES = ("regression", "inconclusive", "warning", "ignore")
 _STATISTIC = re.compile(r"^(median|mean|p\d{1,2}(\.\d+)?)$")
 _QUANTILE_IN_KEY = re.compile(r"_p(\d{1,2}(?:\.\d+)?)(?:_|$)")

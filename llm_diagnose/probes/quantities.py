@@ -366,6 +366,12 @@ CLIENT_HOST_BUSY = _q(
     "fraction",
     "busy fraction of the host's CPUs during active probing (server on the same host)",
 )
+CLIENT_HOST_OTHER_CORES = _q(
+    "client.host_other_cores",
+    "cores",
+    "CPU used on the server's host by processes other than the server and the load client, steal included "
+    "(they take CPU from the server: latencies move with it)",
+)
 CLIENT_SERVER_TTFT_RATIO = _q(
     "client.server_ttft_ratio",
     "ratio",

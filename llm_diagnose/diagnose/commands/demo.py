@@ -141,8 +141,9 @@ def _observe(model_dir, workdir, out, workload, args, slo, *, prefix_caching: bo
         sent: list[tuple[int, int]] = []
 
         async def drive(base_url, found, run_dir):
-            sent.append(await workload.drive(base_url, server.model_name, run_dir / REQUESTS))
-            return {}
+            completed, failed, health = await workload.drive(base_url, server.model_name, run_dir / REQUESTS)
+            sent.append((completed, failed))
+            return health.measurements(f"the demo's workload against {base_url}")
 
         plan = RunPlan(
             url=server.url,

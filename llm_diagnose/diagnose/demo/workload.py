@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_diagnose.probes.load.client import StreamingClient
+from llm_diagnose.probes.load.health import ClientHealth, HealthWindow, TargetHost
 from llm_diagnose.probes.load.records import JsonlWriter, RequestSpec
 
 # About 820 tokens with the tiny model's tokenizer: six full 128-token blocks, well inside
@@ -58,9 +59,12 @@ class DemoWorkload:
                 f.write(json.dumps({"prompt": spec.prompt, "output_length": spec.max_tokens}) + "\n")
         return path
 
-    async def drive(self, base_url: str, model: str, requests_file: Path, delay_s: float = 1.0) -> tuple[int, int]:
+    async def drive(
+        self, base_url: str, model: str, requests_file: Path, delay_s: float = 1.0
+    ) -> tuple[int, int, ClientHealth]:
         """Send every request with at most `concurrency` in flight, recording each one in
-        `requests_file` as it ends; return (completed, failed)."""
+        `requests_file` as it ends; return (completed, failed) and how the client and the host
+        fared meanwhile (other processes on the host take CPU from a server that shares it)."""
         await asyncio.sleep(delay_s)  # let the scraper take a baseline first
         sem = asyncio.Semaphore(self.concurrency)
         done = 0
@@ -76,6 +80,8 @@ class DemoWorkload:
                     record = await client.send(spec)
                     done += record.completed
 
-            await asyncio.gather(*(one(i, s) for i, s in enumerate(self.specs())))
+            async with HealthWindow(client.counters, TargetHost.of(base_url)) as window:
+                await asyncio.gather(*(one(i, s) for i, s in enumerate(self.specs())))
         writer.close()
-        return done, self.requests - done
+        assert window.health is not None
+        return done, self.requests - done, window.health

@@ -39,6 +39,7 @@ from llm_diagnose.diagnose.gate_rules import (
     GateSettings,
     MetricRule,
 )
+from llm_diagnose.diagnose.host_load import host_load_change
 from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, format_value
 from llm_diagnose.diagnose.runfolder import REQUESTS, RunFolder, RunFolderError
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, Diagnosis
@@ -514,6 +515,11 @@ def verify(
         )
     if not adopted:
         notes.append("no technique to judge: none adopted, none recommended")
+    if (host := host_load_change(before.evidence, after.evidence)) is not None:
+        notes.append(
+            f"the host changed under the server: {_reword(host)}; timed claims and side effects that moved are "
+            "cannot-tell, not the change's (rerun both on a quiet host)"
+        )
     result = VerifyResult(
         before.label,
         after.label,

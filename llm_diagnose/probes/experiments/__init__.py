@@ -54,8 +54,8 @@ from llm_diagnose.probes.experiments.spec import run_spec
 from llm_diagnose.probes.http import ProbeHTTPError, get_json, make_session, normalize_base_url, redact_url
 from llm_diagnose.probes.load.active_run import input_recorder, run_summary, run_writers
 from llm_diagnose.probes.load.budget import ActiveBudget, BudgetGuard
-from llm_diagnose.probes.load.client import StreamingClient, StreamTimeouts, is_local_target
-from llm_diagnose.probes.load.health import ClientHealth, HealthWindow
+from llm_diagnose.probes.load.client import StreamingClient, StreamTimeouts
+from llm_diagnose.probes.load.health import ClientHealth, HealthWindow, TargetHost
 from llm_diagnose.probes.load.prompts import PromptMaker, calibrate_prompts
 from llm_diagnose.probes.load.records import Endpoint
 from llm_diagnose.probes.load.runner import Driver
@@ -174,7 +174,7 @@ async def run_experiments(
     source = redact_url(base)
     requests_out, events_out, inputs_out = run_writers(run_dir)
     results: dict[str, Result] = {}
-    local = is_local_target(base)
+    host = TargetHost.of(base)
     try:
         async with StreamingClient(base, model or "", timeouts=timeouts) as client:
             client.on_body = input_recorder(inputs_out, time.perf_counter())
@@ -229,11 +229,11 @@ async def run_experiments(
                 plan=describe_plan(plan),
             )
             side_by_side: dict[str, list[agreement.SideBySide]] = {}  # client vs server, per experiment
-            async with HealthWindow(client.counters, local) as run_health:
+            async with HealthWindow(client.counters, host) as run_health:
                 for i, (name, step) in enumerate(plan.steps):
                     later = plan.steps[i + 1 :]
                     reserve = (sum(p.time_cap_s for _, p in later), sum(p.requests for _, p in later))
-                    outcome = await _run_one(name, step, ctx, guard, client, local, reserve, side_by_side)
+                    outcome = await _run_one(name, step, ctx, guard, client, host, reserve, side_by_side)
                     results.update(outcome)
                     if on_result is not None:
                         on_result(name, outcome)
@@ -276,7 +276,7 @@ async def _run_one(
     ctx: ExperimentContext,
     guard: BudgetGuard,
     client: StreamingClient,
-    local: bool,
+    host: TargetHost,
     reserve: tuple[float, int] = (0.0, 0),
     side_by_side: dict[str, list[agreement.SideBySide]] | None = None,
 ) -> dict[str, Result]:
@@ -302,7 +302,7 @@ async def _run_one(
     cap = step.time_cap_s
     ctx.driver.first_attempt()
     for attempt in (1, 2):
-        outcome, health, server = await _attempt(name, step, ctx, guard, client, local)
+        outcome, health, server = await _attempt(name, step, ctx, guard, client, host)
         starved = health.starved(outcome.starvation_scale_s)
         room = guard.remaining_s >= cap + reserve[0] and guard.remaining_requests >= step.requests + reserve[1]
         if not starved or attempt == 2 or not room or ctx.driver.server_gone:
@@ -353,7 +353,7 @@ async def _run_one(
 
 
 async def _attempt(
-    name: str, step: StepPlan, ctx: ExperimentContext, guard: BudgetGuard, client: StreamingClient, local: bool
+    name: str, step: StepPlan, ctx: ExperimentContext, guard: BudgetGuard, client: StreamingClient, host: TargetHost
 ) -> tuple[ExperimentOutcome, ClientHealth, ServerDelta]:
     """One run of an experiment within its time cap, the client's health over it, and what the
     engine's metrics say happened meanwhile (unavailable without a metrics URL)."""
@@ -363,7 +363,7 @@ async def _attempt(
     deadline = min(guard.deadline, now + cap)
     ctx.events.event("experiment-start", experiment=name, time_cap_s=round(deadline - now, 3))
     before = await ctx.scrape()  # the engine's histograms, for the client-vs-server comparison
-    async with HealthWindow(client.counters, local) as window:
+    async with HealthWindow(client.counters, host) as window:
         try:
             async with asyncio.timeout(deadline - now + GRACE_S):
                 outcome = await _RUNNERS[name](ctx, step, deadline)

@@ -23,19 +23,19 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
+from llm_diagnose.probes.host_cpu import CLOCK_TICKS_PER_S, host_cpu_times, local_server_pids, processes_cpu_ticks
 from llm_diagnose.probes.quantities import CLIENT_STARVED_WARNING
 from llm_diagnose.probes.results import Measurement, Provenance, percentile
 
 __all__ = [
     "ClientHealth",
     "HealthWindow",
+    "TargetHost",
     "LAG_FRACTION_OF_GAP",
     "CLIENT_CPU_CORES_BUSY",
     "HOST_BUSY_FRACTION",
     "STALL_S",
-    "host_cpu_times",
 ]
 
 LAG_INTERVAL_S = 0.005  # 200 wake-ups a second: negligible load, fine enough for 10 ms gaps
@@ -47,22 +47,6 @@ HOST_BUSY_FRACTION = 0.90  # all cores nearly busy: someone waits for CPU, maybe
 # A single oversleep this long is not timestamp jitter: the client did not run at all (seen on a
 # loaded 2-core host: 3-5 s with 0.03 s of client CPU), so timed phases may have been missed.
 STALL_S = 0.5
-
-
-def host_cpu_times(proc_stat: str | Path = "/proc/stat") -> tuple[float, float] | None:
-    """(busy, total) jiffies of all CPUs from /proc/stat; None where there is no /proc."""
-    try:
-        with open(proc_stat, encoding="ascii") as fh:
-            fields = fh.readline().split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "cpu":
-        return None
-    values = [float(v) for v in fields[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0.0)  # idle + iowait
-    # guest time is already counted in user; leave it out of the total
-    total = sum(values[:8])
-    return total - idle, total
 
 
 @dataclass(frozen=True)
@@ -77,6 +61,10 @@ class ClientHealth:
     host_busy_fraction: float | None  # None: not on Linux, or the target is remote
     host_cpus: int
     target_is_local: bool
+    # Cores the server's processes used, and what the rest of the host used beyond them and the
+    # client (other processes, steal); None where the server's processes are not visible here.
+    server_cores: float | None = None
+    other_cores: float | None = None
 
     @property
     def loop_lag_p99_s(self) -> float:
@@ -158,7 +146,10 @@ class ClientHealth:
         )
 
     def _host_busy_text(self) -> str:
-        return "" if self.host_busy_fraction is None else f", host CPUs {self.host_busy_fraction:.0%} busy"
+        if self.host_busy_fraction is None:
+            return ""
+        others = "" if self.other_cores is None else f", {self.other_cores:.2f} cores used by other processes"
+        return f", host CPUs {self.host_busy_fraction:.0%} busy{others}"
 
     def describe(self) -> str:
         overhead = self.per_event_overhead_s
@@ -197,21 +188,54 @@ class ClientHealth:
             out[Q.CLIENT_HOST_BUSY] = Measurement(
                 self.host_busy_fraction, "fraction", prov, note=f"{self.host_cpus} CPUs, server on this host"
             )
+        if self.other_cores is not None and self.server_cores is not None:
+            out[Q.CLIENT_HOST_OTHER_CORES] = Measurement(
+                self.other_cores,
+                "cores",
+                prov,
+                note=f"host busy minus the client ({self.client_cpu_cores:.2f} cores) and the server's processes "
+                f"({self.server_cores:.2f} cores), of {self.host_cpus} CPUs",
+            )
         return out
 
 
+@dataclass(frozen=True)
+class TargetHost:
+    """Where the server runs as the client sees it: on this host or not, and, when on this host
+    and visible, its processes (to tell its CPU from other processes')."""
+
+    local: bool
+    server_pids: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, base_url: str) -> TargetHost:
+        from urllib.parse import urlsplit
+
+        from llm_diagnose.probes.load.client import is_local_target
+
+        if not is_local_target(base_url):
+            return cls(False)
+        parts = urlsplit(base_url)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return cls(True)
+        return cls(True, local_server_pids(port))
+
+
 class HealthWindow:
-    """`async with HealthWindow(counters, local) as w: ...` then `w.health` (a ClientHealth).
+    """`async with HealthWindow(counters, TargetHost.of(url)) as w: ...` then `w.health` (a ClientHealth).
 
     `counters()` returns the client's running (events, handling_s) totals; the window reports
-    their increase.
+    their increase. The target's server processes, where visible, tell its CPU from others'.
     """
 
     def __init__(
-        self, counters: Callable[[], tuple[int, float]], target_is_local: bool, interval_s: float = LAG_INTERVAL_S
+        self, counters: Callable[[], tuple[int, float]], target: TargetHost, interval_s: float = LAG_INTERVAL_S
     ) -> None:
         self._counters = counters
-        self._local = target_is_local
+        self._local = target.local
+        self._server_pids = target.server_pids if target.local else frozenset()
         self._interval = interval_s
         self._lags: list[float] = []
         self._task: asyncio.Task | None = None
@@ -229,6 +253,7 @@ class HealthWindow:
         self._cpu0 = time.process_time()
         self._events0, self._handling0 = self._counters()
         self._host0 = host_cpu_times() if self._local else None
+        self._server0 = processes_cpu_ticks(self._server_pids)
         self._task = asyncio.get_running_loop().create_task(self._watch())
         return self
 
@@ -241,17 +266,25 @@ class HealthWindow:
             pass
         window = time.perf_counter() - self._t0
         events, handling = self._counters()
-        busy = None
+        busy = server_cores = other_cores = None
+        client_cpu_s = time.process_time() - self._cpu0
         host1 = host_cpu_times() if self._local else None
         if self._host0 is not None and host1 is not None and host1[1] > self._host0[1]:
             busy = (host1[0] - self._host0[0]) / (host1[1] - self._host0[1])
+            if self._server_pids and window > 0:
+                ticks = CLOCK_TICKS_PER_S * window
+                server_cores = (processes_cpu_ticks(self._server_pids) - self._server0) / ticks
+                host_cores = (host1[0] - self._host0[0]) / ticks
+                other_cores = max(0.0, host_cores - server_cores - client_cpu_s / window)
         self.health = ClientHealth(
             window_s=window,
             loop_lag_s=tuple(self._lags),
-            client_cpu_s=time.process_time() - self._cpu0,
+            client_cpu_s=client_cpu_s,
             events=events - self._events0,
             handling_s=handling - self._handling0,
             host_busy_fraction=busy,
             host_cpus=os.cpu_count() or 1,
             target_is_local=self._local,
+            server_cores=server_cores,
+            other_cores=other_cores,
         )

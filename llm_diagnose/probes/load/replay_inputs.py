@@ -437,8 +437,8 @@ async def run_replay(base_url: str, plan: ReplayPlan, budget: ActiveBudget, run_
     from llm_diagnose.probes.http import normalize_base_url, redact_url
     from llm_diagnose.probes.load.active_run import input_recorder, run_summary, run_writers
     from llm_diagnose.probes.load.budget import BudgetGuard
-    from llm_diagnose.probes.load.client import StreamingClient, is_local_target
-    from llm_diagnose.probes.load.health import HealthWindow
+    from llm_diagnose.probes.load.client import StreamingClient
+    from llm_diagnose.probes.load.health import HealthWindow, TargetHost
     from llm_diagnose.probes.load.prompts import calibrate_prompts
     from llm_diagnose.probes.load.replay_punctuality import send_lateness
     from llm_diagnose.probes.load.runner import Driver
@@ -469,7 +469,7 @@ async def run_replay(base_url: str, plan: ReplayPlan, budget: ActiveBudget, run_
                 plan=plan.describe(),
             )
             events_out.event("experiment-start", experiment=REPLAY_EXPERIMENT, time_cap_s=round(guard.remaining_s, 3))
-            async with HealthWindow(client.counters, is_local_target(base)) as window:
+            async with HealthWindow(client.counters, TargetHost.of(base)) as window:
                 try:
                     await driver.run(workload, until=guard.deadline)
                 finally:
