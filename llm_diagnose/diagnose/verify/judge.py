@@ -39,7 +39,7 @@ from llm_diagnose.diagnose.gate_rules import (
     GateSettings,
     MetricRule,
 )
-from llm_diagnose.diagnose.host_load import host_load_change
+from llm_diagnose.diagnose.host_load import OTHER_LOAD_CHANGE_CORES, host_load_change
 from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, format_value
 from llm_diagnose.diagnose.runfolder import REQUESTS, RunFolder, RunFolderError
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, Diagnosis
@@ -291,6 +291,21 @@ def compare_workloads(before: RunSide, after: RunSide) -> Comparability:
     if b_pot is not None and a_pot is not None:
         checks.append(
             _check("prefix reuse (potential)", b_pot.value, a_pot.value, PREFIX_REUSE_TOLERANCE, relative=False)
+        )
+    b_host, a_host = (
+        before.evidence.measurement(Q.CLIENT_HOST_OTHER_CORES),
+        after.evidence.measurement(Q.CLIENT_HOST_OTHER_CORES),
+    )
+    if b_host is not None and a_host is not None:  # shown: the host rule (host_load) acts on the timings instead
+        checks.append(
+            _check(
+                "other processes' CPU (cores)",
+                b_host.value,
+                a_host.value,
+                OTHER_LOAD_CHANGE_CORES,
+                relative=False,
+                deciding=False,
+            )
         )
     reasons += [
         f"{c.name} differs by {c.difference} (tolerance {c.tolerance})"
