@@ -20,8 +20,14 @@ from llm_diagnose.diagnose.gate import compare_metric
 from llm_diagnose.diagnose.gate_rules import GateRules, MetricRule
 from llm_diagnose.diagnose.host_load import OTHER_LOAD_CHANGE_CORES, host_load_change
 from llm_diagnose.probes import quantities as Q
-from llm_diagnose.probes.host_cpu import CLOCK_TICKS_PER_S, host_cpu_times, local_server_pids, processes_cpu_ticks
-from llm_diagnose.probes.load.health import HOST_BUSY_FRACTION, ClientHealth
+from llm_diagnose.probes.host_cpu import (
+    CLOCK_TICKS_PER_S,
+    cpu_ticks_between,
+    host_cpu_times,
+    local_server_pids,
+    processes_cpu_ticks,
+)
+from llm_diagnose.probes.load.health import HOST_BUSY_FRACTION, MIN_SERVER_CORES, ClientHealth
 from llm_diagnose.probes.results import Measurement
 from tests.evidence_builders import PROV, build, sampled
 
@@ -65,8 +71,22 @@ def test_cpu_ticks_of_a_busy_process_grow_with_its_work():
     # Spinning, it gets a core of its own on a quiet host; a fifth of one on any host this suite runs on.
     assert t1 - t0 >= 0.2 * 0.5 * CLOCK_TICKS_PER_S, (t0, t1)
     assert processes_cpu_ticks([burner.pid]) == 0.0  # reaped: gone from /proc, counts nothing
-    busy, total = host_cpu_times()  # type: ignore[misc]
-    assert 0 < busy < total
+
+
+@linux_only
+def test_the_host_counts_at_least_what_one_of_its_processes_used():
+    burner = _burner(5)
+    try:
+        time.sleep(0.3)
+        host0, ticks0 = host_cpu_times(), processes_cpu_ticks([burner.pid])
+        time.sleep(0.5)
+        ticks1, host1 = processes_cpu_ticks([burner.pid]), host_cpu_times()
+    finally:
+        burner.kill()
+        burner.wait(10)
+    assert host0 is not None and host1 is not None
+    assert host1[0] - host0[0] >= (ticks1 - ticks0) - 2, (host0, host1, ticks0, ticks1)  # two ticks of rounding
+    assert host1[1] - host0[1] >= 2 * 0.5 * CLOCK_TICKS_PER_S * 0.9  # all CPUs' ticks, not one's
 
 
 def _fake_proc(root: Path, port: int, processes: dict[int, tuple[str, int, int, int]], sockets: dict[int, str]) -> Path:
@@ -113,10 +133,21 @@ def test_a_server_in_another_pid_namespace_is_not_visible(tmp_path):
     assert local_server_pids(8000, tmp_path / "nothing") == frozenset()  # no /proc at all
 
 
+def test_ticks_between_snapshots_survive_processes_that_start_end_or_reuse_a_pid():
+    start = {10: (500, 1000.0), 11: (501, 200.0), 12: (502, 50.0)}
+    end = {
+        10: (500, 1100.0),  # alive throughout: its growth, 100
+        11: (900, 30.0),  # the pid now belongs to a process started later: all of its 30
+        13: (950, 20.0),  # started in between: all of its 20
+    }  # 12 ended in between: its last ticks left with it
+    assert cpu_ticks_between(start, end) == 150.0
+    assert cpu_ticks_between({10: (500, 1000.0)}, {10: (500, 990.0)}) == 0.0  # never below zero
+
+
 def test_the_client_reports_other_processes_only_where_it_saw_the_server():
     seen = ClientHealth(10.0, (0.001,) * 10, 3.0, 0, 0.0, 0.99, 2, True, server_cores=1.2, other_cores=0.5)
     ms = seen.measurements("test")
-    assert ms[Q.CLIENT_HOST_OTHER_CORES].value == 0.5 and "server's processes (1.20 cores)" in (
+    assert ms[Q.CLIENT_HOST_OTHER_CORES].value == 0.5 and "and its children: 1.20 cores" in (
         ms[Q.CLIENT_HOST_OTHER_CORES].note or ""
     )
     assert "0.50 cores used by other processes" in seen.describe()
@@ -179,29 +210,66 @@ def test_a_metric_that_is_not_a_time_ignores_the_host():
     assert compare_metric(rule, base, cur, GateRules()).verdict == "regression"
 
 
-def test_the_busy_time_of_a_window_is_measured_with_a_real_burner():
-    # The live figure: a second process spinning while this client idles shows up as other load.
+def _window(target, seconds: float = 1.0):
     import asyncio
 
-    from llm_diagnose.probes.load.health import HealthWindow, TargetHost
+    from llm_diagnose.probes.load.health import HealthWindow
 
-    if host_cpu_times() is None:
-        pytest.skip("needs Linux /proc")
-    burner = subprocess.Popen(
-        [sys.executable, "-c", "import time\nend = time.time() + 5\nwhile time.time() < end: pass"]
-    )
-
-    async def window():
-        async with HealthWindow(lambda: (0, 0.0), TargetHost(True, frozenset({os.getppid()}))) as w:
-            await asyncio.sleep(1.0)
+    async def run():
+        async with HealthWindow(lambda: (0, 0.0), target) as w:
+            await asyncio.sleep(seconds)
         return w.health
 
+    return asyncio.run(run())
+
+
+@linux_only
+def test_a_window_tells_the_servers_cpu_from_another_process():
+    # Two real spinning processes: one plays the server (its pid as the port's listener), the other
+    # is someone else on the host. Each gets about a core on a quiet 2-core host.
+    from llm_diagnose.probes.load.health import TargetHost
+
+    server, other = _burner(5), _burner(5)
     try:
         time.sleep(0.2)
-        health = asyncio.run(window())
+        health = _window(TargetHost(True, frozenset({server.pid}), "burner"))
     finally:
-        burner.kill()
-        burner.wait(10)
-    assert health is not None and health.other_cores is not None and health.server_cores is not None
-    # The burner alone keeps one core busy; on a loaded host it gets less, never none.
-    assert health.other_cores >= 0.3, health.describe()
+        for p in (server, other):
+            p.kill()
+            p.wait(10)
+    assert health is not None and health.server_cores is not None and health.other_cores is not None
+    assert health.server_cores >= 0.3 and health.other_cores >= 0.3, health.describe()
+    assert health.server_cores + health.other_cores <= health.host_cpus + 0.1, health.describe()
+
+
+@linux_only
+def test_a_listener_that_does_no_work_is_no_server_to_subtract():
+    # A port forwarder or proxy on the port uses next to no CPU: then "other processes" would hold
+    # the engine itself, so the figure is not given (the server's own CPU still is).
+    from llm_diagnose.probes.load.health import TargetHost
+
+    idle, busy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]), _burner(5)
+    try:
+        time.sleep(0.3)
+        health = _window(TargetHost(True, frozenset({idle.pid}), "sleep"), 0.6)
+    finally:
+        for p in (idle, busy):
+            p.kill()
+            p.wait(10)
+    assert health is not None and health.server_cores is not None and health.server_cores < MIN_SERVER_CORES
+    assert health.other_cores is None and Q.CLIENT_HOST_OTHER_CORES not in health.measurements("test")
+
+
+def test_timed_keys_are_the_servers_times_rates_and_queues():
+    from llm_diagnose.diagnose.gate_rules import DEFAULT_METRICS
+    from llm_diagnose.diagnose.host_load import host_timed
+
+    # Of the gate's defaults, everything but memory, capacity, hit rate and acceptance moves with the
+    # CPU the server gets (preemptions too: a slower server holds more requests at once).
+    untimed = {r.key for r in DEFAULT_METRICS if not host_timed(r.key)}
+    assert untimed == {Q.DEVICE_FREE_FRACTION, Q.KV_CAPACITY_TOKENS, Q.PREFIX_HIT_RATE, Q.SPEC_ACCEPTANCE_RATE}
+    for key in (Q.WAITING_MEAN, Q.RUNNING_MEAN, "forward.decode_step_p50_s", Q.SPEC_TOKENS_PER_S):
+        assert host_timed(key), key
+    for key in (Q.PREFIX_HIT_RATE, Q.KV_CAPACITY_TOKENS, Q.DECODE_TIME_SHARE, "requests.decode_tokens",
+                Q.CLIENT_LOOP_LAG_P99, Q.CLIENT_SERVER_ITL_RATIO):  # fmt: skip
+        assert not host_timed(key), key

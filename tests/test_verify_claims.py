@@ -107,3 +107,27 @@ def test_a_client_change_the_engine_did_not_see_is_not_the_techniques_doing():
     r = judge_claim("prefix-caching", DOWN, run(0.020, 1), run(0.450, 2), GateSettings())
     assert r.verdict == "cannot-tell", r
     assert "the engine's own" in r.basis and "in AFTER" in r.basis, r.basis
+
+
+def test_values_without_samples_follow_the_host_rule_too():
+    """A claim judged on plain values (no samples, no summaries: a passive run's gauge) that the
+    gate withheld because the host changed under the server is cannot-tell, not made-it-worse."""
+    from llm_diagnose.diagnose.gate_rules import GateSettings
+    from llm_diagnose.diagnose.verify.judge import judge_claim
+    from llm_diagnose.probes.results import Measurement
+    from tests.evidence_builders import PROV, build
+
+    def run(ttft_s: float, other_cores: float):
+        return build(
+            {
+                Q.TTFT_P50: Measurement(ttft_s, "s", PROV),
+                Q.CLIENT_HOST_OTHER_CORES: Measurement(other_cores, "cores", PROV),
+                Q.CLIENT_HOST_BUSY: Measurement(1.0, "fraction", PROV),
+            }
+        )
+
+    r = judge_claim("prefix-caching", DOWN, run(0.020, 0.0), run(0.040, 1.0), GateSettings())
+    assert r.verdict == "cannot-tell" and "other processes on the server's host" in r.basis, r
+    assert judge_claim("prefix-caching", DOWN, run(0.020, 0.0), run(0.040, 0.05), GateSettings()).verdict == (
+        "made-it-worse"
+    )

@@ -17,6 +17,7 @@ import argparse
 import importlib
 import signal
 import sys
+import threading
 from collections.abc import Collection
 
 from llm_diagnose.diagnose.errors import DiagnoseError, ExitCode
@@ -99,11 +100,14 @@ def _version() -> str:
 
 
 def _stop_on_term(signum: int, frame: object) -> None:
+    # A second TERM while the first unwinds must not cut the cleanup short (stopping a server waits).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt  # unwinds like Ctrl-C: servers the demo started stop, samples stay on disk
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:  # the command line itself (not a caller's): a TERM (kill, docker stop, a CI timeout) is a Ctrl-C
+    # The command line itself (not a caller's): a TERM (kill, docker stop, a CI timeout) is a Ctrl-C.
+    if argv is None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop_on_term)
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command_of(argv)

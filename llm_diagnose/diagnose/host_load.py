@@ -23,19 +23,29 @@ from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.load.health import HOST_BUSY_FRACTION
 
-__all__ = ["OTHER_LOAD_CHANGE_CORES", "HOST_TIMED_PREFIXES", "host_load_change", "host_timed"]
+__all__ = ["OTHER_LOAD_CHANGE_CORES", "SPEED_DEPENDENT", "host_load_change", "host_timed"]
 
 # A fifth of a core taken from (or given back to) the server: on the 2-core hosts where a CPU
 # engine uses every core, about a tenth of its CPU, the size of the gate's default tolerance.
 # Measured beside the demo's vLLM CPU (1.7-1.8 cores of its own): quiet runs read 0.03 cores of
 # other load; one process spinning through the run got 0.24 (vLLM's OpenMP threads spin too).
 OTHER_LOAD_CHANGE_CORES = 0.2
-# Metrics that are times or rates of the server's work: they move with the CPU it gets.
-HOST_TIMED_PREFIXES = ("requests.", "latency.", "decode.", "throughput.")
+# Counts that grow when the server slows at the same offered load (Little's law): verify judges
+# claims on them (quantization's and scale-out's queue, paged attention's batch).
+SPEED_DEPENDENT = frozenset({Q.WAITING_MEAN, Q.RUNNING_MEAN})
 
 
 def host_timed(key: str) -> bool:
-    return key.startswith(HOST_TIMED_PREFIXES)
+    """Whether `key` is a time or a rate of the server's work (or grows when the server slows):
+    it moves with the CPU the server gets. The client's own figures are not the server's."""
+    if key.startswith("client."):
+        return False
+    if key in SPEED_DEPENDENT:
+        return True
+    quantity = Q.describe(key)
+    if quantity is not None:
+        return quantity.unit in ("s", "1/s")
+    return key.endswith(("_s", "_per_s"))  # the client's per-request latencies (requests.*_s), derived keys
 
 
 def host_load_change(base: Evidence, cur: Evidence) -> str | None:

@@ -10,7 +10,8 @@ nor the engine's own histograms can see (both slow down together). What these fu
   (vLLM's API server and its engine-core process), found through /proc/net/tcp and each
   process's open sockets; empty where the server is not visible from here (another container,
   another user's processes);
-- `processes_cpu_ticks`: their CPU time so far, in the same clock ticks as /proc/stat.
+- `processes_cpu` and `cpu_ticks_between`: their CPU time, in the same clock ticks as /proc/stat,
+  between two snapshots (processes that start, end or reuse a pid in between are handled).
 
 Everything degrades to None or empty off Linux; nothing here raises for a missing /proc.
 """
@@ -21,7 +22,17 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["CLOCK_TICKS_PER_S", "host_cpu_times", "local_server_pids", "processes_cpu_ticks"]
+__all__ = [
+    "CLOCK_TICKS_PER_S",
+    "cpu_ticks_between",
+    "host_cpu_times",
+    "listening_pids",
+    "local_server_pids",
+    "process_name",
+    "processes_cpu",
+    "processes_cpu_ticks",
+    "with_descendants",
+]
 
 _LISTEN = "0A"  # TCP state in /proc/net/tcp
 try:
@@ -70,24 +81,18 @@ def _pids(proc: Path) -> list[int]:
 
 
 def _parent_of(pid: int, proc: Path) -> int | None:
-    try:
-        stat = (proc / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'
-    rest = stat.rsplit(")", 1)[-1].split()
-    return int(rest[1]) if len(rest) > 1 else None
+    f = _stat_fields(pid, proc)
+    return int(f[1]) if f is not None and len(f) > 1 else None
 
 
-def local_server_pids(port: int, proc: str | Path = "/proc") -> frozenset[int]:
-    """The processes listening on `port` and all their descendants (empty when none is visible)."""
+def listening_pids(port: int, proc: str | Path = "/proc") -> frozenset[int]:
+    """The processes that hold a socket listening on `port` (empty when none is visible)."""
     root = Path(proc)
     wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port, root)}
     if not wanted:
         return frozenset()
-    all_pids = _pids(root)
     owners: set[int] = set()
-    for pid in all_pids:
+    for pid in _pids(root):
         try:
             fds = os.listdir(root / str(pid) / "fd")
         except OSError:  # gone, or not ours to read
@@ -99,14 +104,20 @@ def local_server_pids(port: int, proc: str | Path = "/proc") -> frozenset[int]:
                     break
             except OSError:
                 continue
-    if not owners:
+    return frozenset(owners)
+
+
+def with_descendants(pids: frozenset[int], proc: str | Path = "/proc") -> frozenset[int]:
+    """`pids` and every process below them (vLLM's API server starts its engine core, which starts workers)."""
+    if not pids:
         return frozenset()
+    root = Path(proc)
     children: dict[int, list[int]] = {}
-    for pid in all_pids:
+    for pid in _pids(root):
         parent = _parent_of(pid, root)
         if parent is not None:
             children.setdefault(parent, []).append(pid)
-    tree, todo = set(owners), list(owners)
+    tree, todo = set(pids), list(pids)
     while todo:
         for child in children.get(todo.pop(), ()):
             if child not in tree:
@@ -115,15 +126,52 @@ def local_server_pids(port: int, proc: str | Path = "/proc") -> frozenset[int]:
     return frozenset(tree)
 
 
+def local_server_pids(port: int, proc: str | Path = "/proc") -> frozenset[int]:
+    """The processes listening on `port` and all their descendants (empty when none is visible)."""
+    return with_descendants(listening_pids(port, proc), proc)
+
+
+def _stat_fields(pid: int, root: Path) -> list[str] | None:
+    try:
+        stat = (root / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def process_name(pid: int, proc: str | Path = "/proc") -> str:
+    """The process's command name (comm), "" when gone."""
+    try:
+        stat = (Path(proc) / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return stat[stat.find("(") + 1 : stat.rfind(")")]
+
+
+def processes_cpu(pids: Iterable[int], proc: str | Path = "/proc") -> dict[int, tuple[int, float]]:
+    """{pid: (start time, user + system clock ticks so far)} of those of `pids` alive now. The
+    start time tells a process from a later one that reused its pid."""
+    root, out = Path(proc), {}
+    for pid in pids:
+        f = _stat_fields(pid, root)
+        if f is not None and len(f) > 19:
+            # utime, stime, starttime: fields 14, 15 and 22 of the line (the list starts at field 3)
+            out[pid] = (int(f[19]), float(f[11]) + float(f[12]))
+    return out
+
+
+def cpu_ticks_between(start: dict[int, tuple[int, float]], end: dict[int, tuple[int, float]]) -> float:
+    """Ticks the processes used between two `processes_cpu` snapshots: the growth of those alive at
+    both, all of those that started in between (new pids, or a pid reused by a new process); a
+    process that ended in between takes its last ticks with it (not counted)."""
+    total = 0.0
+    for pid, (started, ticks) in end.items():
+        before = start.get(pid)
+        total += ticks - before[1] if before is not None and before[0] == started else ticks
+    return max(total, 0.0)
+
+
 def processes_cpu_ticks(pids: Iterable[int], proc: str | Path = "/proc") -> float:
     """User + system clock ticks used so far by `pids` (those that have exited count 0)."""
-    root, total = Path(proc), 0.0
-    for pid in pids:
-        try:
-            stat = (root / str(pid) / "stat").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        rest = stat.rsplit(")", 1)[-1].split()
-        if len(rest) > 12:
-            total += float(rest[11]) + float(rest[12])  # utime, stime: fields 14 and 15 of the line
-    return total
+    return sum(ticks for _, ticks in processes_cpu(pids, proc).values())

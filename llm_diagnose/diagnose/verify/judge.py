@@ -297,16 +297,12 @@ def compare_workloads(before: RunSide, after: RunSide) -> Comparability:
         after.evidence.measurement(Q.CLIENT_HOST_OTHER_CORES),
     )
     if b_host is not None and a_host is not None:  # shown: the host rule (host_load) acts on the timings instead
-        checks.append(
-            _check(
-                "other processes' CPU (cores)",
-                b_host.value,
-                a_host.value,
-                OTHER_LOAD_CHANGE_CORES,
-                relative=False,
-                deciding=False,
-            )
+        row = _check(
+            "other processes' CPU (cores)", b_host.value, a_host.value, OTHER_LOAD_CHANGE_CORES, relative=False
         )
+        # "same?" is the host rule's answer (it also asks whether the host was busy), shown only.
+        same = host_load_change(before.evidence, after.evidence) is None
+        checks.append(replace(row, comparable=same, deciding=False))
     reasons += [
         f"{c.name} differs by {c.difference} (tolerance {c.tolerance})"
         for c in checks
@@ -421,9 +417,10 @@ def judge_claim(technique: str, claim: Claim, before: Evidence, after: Evidence,
         how = o.detail.split(": the ", 1)[0]  # the gate's "how: the interval ..." without its verdict's why
         return result(verdict, how, o.interval)
     if o.point is not None:
-        return result(
-            judge_interval(claim, o.point, o.point), "values compared (no raw samples: noise not accounted for)"
-        )
+        verdict = judge_interval(claim, o.point, o.point)
+        if o.verdict == "inconclusive" and verdict in ("delivered", "made-it-worse"):
+            return result("cannot-tell", _reword(o.detail))  # withheld by the gate, as above
+        return result(verdict, "values compared (no raw samples: noise not accounted for)")
     return result("cannot-tell", _reword(o.detail))
 
 

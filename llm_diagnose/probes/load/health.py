@@ -24,7 +24,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llm_diagnose.probes.host_cpu import CLOCK_TICKS_PER_S, host_cpu_times, local_server_pids, processes_cpu_ticks
+from llm_diagnose.probes.host_cpu import (
+    CLOCK_TICKS_PER_S,
+    cpu_ticks_between,
+    host_cpu_times,
+    listening_pids,
+    process_name,
+    processes_cpu,
+    with_descendants,
+)
 from llm_diagnose.probes.quantities import CLIENT_STARVED_WARNING
 from llm_diagnose.probes.results import Measurement, Provenance, percentile
 
@@ -47,6 +55,10 @@ HOST_BUSY_FRACTION = 0.90  # all cores nearly busy: someone waits for CPU, maybe
 # A single oversleep this long is not timestamp jitter: the client did not run at all (seen on a
 # loaded 2-core host: 3-5 s with 0.03 s of client CPU), so timed phases may have been missed.
 STALL_S = 0.5
+# A serving engine uses CPU while it serves (vLLM CPU 1.7-1.9 cores here; a GPU engine's scheduler
+# loop a good part of one); a port forwarder or proxy in front of it, not even this much: then the
+# process on the port is not the engine, and other processes' CPU is not told apart.
+MIN_SERVER_CORES = 0.05
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,7 @@ class ClientHealth:
     # client (other processes, steal); None where the server's processes are not visible here.
     server_cores: float | None = None
     other_cores: float | None = None
+    server_name: str = ""  # the command name of the process listening on the server's port
 
     @property
     def loop_lag_p99_s(self) -> float:
@@ -194,7 +207,8 @@ class ClientHealth:
                 "cores",
                 prov,
                 note=f"host busy minus the client ({self.client_cpu_cores:.2f} cores) and the server's processes "
-                f"({self.server_cores:.2f} cores), of {self.host_cpus} CPUs",
+                f"({self.server_name or 'the listener on its port'} and its children: {self.server_cores:.2f} cores), "
+                f"of {self.host_cpus} CPUs",
             )
         return out
 
@@ -202,10 +216,11 @@ class ClientHealth:
 @dataclass(frozen=True)
 class TargetHost:
     """Where the server runs as the client sees it: on this host or not, and, when on this host
-    and visible, its processes (to tell its CPU from other processes')."""
+    and visible, the processes listening on its port (to tell its CPU from other processes')."""
 
     local: bool
-    server_pids: frozenset[int] = frozenset()
+    listeners: frozenset[int] = frozenset()
+    name: str = ""  # the listening process's command name, as /proc gives it
 
     @classmethod
     def of(cls, base_url: str) -> TargetHost:
@@ -220,7 +235,12 @@ class TargetHost:
             port = parts.port or (443 if parts.scheme == "https" else 80)
         except ValueError:
             return cls(True)
-        return cls(True, local_server_pids(port))
+        listeners = listening_pids(port)
+        return cls(True, listeners, ", ".join(sorted({process_name(p) for p in listeners} - {""})))
+
+    def server_pids(self) -> frozenset[int]:
+        """The listeners and their descendants now (an engine may start workers while it runs)."""
+        return with_descendants(self.listeners) if self.local else frozenset()
 
 
 class HealthWindow:
@@ -235,7 +255,7 @@ class HealthWindow:
     ) -> None:
         self._counters = counters
         self._local = target.local
-        self._server_pids = target.server_pids if target.local else frozenset()
+        self._target = target
         self._interval = interval_s
         self._lags: list[float] = []
         self._task: asyncio.Task | None = None
@@ -253,7 +273,7 @@ class HealthWindow:
         self._cpu0 = time.process_time()
         self._events0, self._handling0 = self._counters()
         self._host0 = host_cpu_times() if self._local else None
-        self._server0 = processes_cpu_ticks(self._server_pids)
+        self._server0 = processes_cpu(self._target.server_pids())
         self._task = asyncio.get_running_loop().create_task(self._watch())
         return self
 
@@ -271,11 +291,14 @@ class HealthWindow:
         host1 = host_cpu_times() if self._local else None
         if self._host0 is not None and host1 is not None and host1[1] > self._host0[1]:
             busy = (host1[0] - self._host0[0]) / (host1[1] - self._host0[1])
-            if self._server_pids and window > 0:
+            server1 = processes_cpu(self._target.server_pids())
+            if self._server0 and server1 and window > 0:
                 ticks = CLOCK_TICKS_PER_S * window
-                server_cores = (processes_cpu_ticks(self._server_pids) - self._server0) / ticks
-                host_cores = (host1[0] - self._host0[0]) / ticks
-                other_cores = max(0.0, host_cores - server_cores - client_cpu_s / window)
+                server_cores = cpu_ticks_between(self._server0, server1) / ticks
+                # A client serving itself (an in-process server) is already in the server's ticks.
+                client_cores = 0.0 if os.getpid() in server1 else client_cpu_s / window
+                if server_cores >= MIN_SERVER_CORES:  # below: a forwarder or a proxy on the port, not the engine
+                    other_cores = max(0.0, (host1[0] - self._host0[0]) / ticks - server_cores - client_cores)
         self.health = ClientHealth(
             window_s=window,
             loop_lag_s=tuple(self._lags),
@@ -287,4 +310,5 @@ class HealthWindow:
             target_is_local=self._local,
             server_cores=server_cores,
             other_cores=other_cores,
+            server_name=self._target.name,
         )
