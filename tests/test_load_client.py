@@ -702,3 +702,54 @@ def test_ratio_interval_covers_the_true_ratio():
     value, summary = ratio_with_bootstrap_ci(num, den)
     assert summary.ci_low < value < summary.ci_high
     assert summary.ci_low < 2.0 < summary.ci_high
+
+
+@pytest.mark.real_engine
+def test_each_request_records_its_http_phases_against_a_real_vllm(vllm_server, tmp_path):
+    """aiohttp's request tracing, per request: a first request opens a connection, the next one
+    reuses it, and with one connection for two concurrent requests the second waits for the
+    client's own pool (then its TTFT holds a client-side queue). Every phase comes before the
+    first token, and the phases survive requests.jsonl."""
+    from llm_diagnose.probes.load.records import read_records
+
+    def spec(i: int) -> RequestSpec:
+        return RequestSpec(f"p{i}", f"Tell me about the number {i}.", 24, ignore_eos=True)
+
+    async def go():
+        writer = JsonlWriter(tmp_path / "requests.jsonl")
+        async with StreamingClient(
+            vllm_server.url, vllm_server.model_name, max_streams=1, on_record=lambda r: writer.write(r.to_dict())
+        ) as client:
+            first = await client.send(spec(0))
+            second = await client.send(spec(1))
+            both = await asyncio.gather(client.send(spec(2)), client.send(spec(3)))
+        writer.close()
+        return first, second, both
+
+    first, second, (a, b) = asyncio.run(go())
+    for r in (first, second, a, b):
+        assert r.completed and r.http is not None, r
+        h = r.http
+        assert h.headers_sent_s is not None and h.response_headers_s is not None, h
+        assert h.headers_sent_s <= h.response_headers_s <= r.ttft_s <= r.t_end, (h, r.ttft_s, r.t_end)
+    assert first.http.reused is False and first.http.connect_s is not None and first.http.connect_s > 0
+    assert second.http.reused is True and second.http.connect_s is None
+    waited = max(a, b, key=lambda r: r.http.pool_wait_s or 0.0)
+    other = b if waited is a else a
+    # One connection: the second of two concurrent requests waited for the first to end.
+    assert waited.http.pool_wait_s is not None and waited.http.pool_wait_s >= 0.5 * other.t_end, (a.http, b.http)
+    again = {r.request_id: r.http.to_dict() for r in read_records(tmp_path / "requests.jsonl") if r.http}
+    assert again == {r.request_id: r.http.to_dict() for r in (first, second, a, b)}  # as written: rounded to 0.1 us
+
+
+def test_http_phases_round_trip_and_a_damaged_one_is_another_schema():
+    from llm_diagnose.probes.load.records import HttpPhases, RecordSchemaError, parse_record_line
+
+    phases = HttpPhases(pool_wait_s=0.25, connect_s=None, reused=True, headers_sent_s=0.2501, response_headers_s=0.3)
+    line = RequestRecord("r", "e", "", "", "completions", 1.0, 2.0, (0.4,), t_end=0.5, http=phases).to_dict()
+    assert line["http"] == {"pool_wait_s": 0.25, "reused": True, "headers_sent_s": 0.2501, "response_headers_s": 0.3}
+    back = parse_record_line(json.dumps(line))
+    assert back is not None and back.http == phases
+    assert parse_record_line(json.dumps({**line, "http": None})).http is None  # written before phases were
+    with pytest.raises(RecordSchemaError):
+        parse_record_line(json.dumps({**line, "http": [0.25]}))

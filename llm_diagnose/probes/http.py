@@ -255,12 +255,14 @@ def make_session(
     connection_limit: int = DEFAULT_CONNECTION_LIMIT,
     api_key: str | None = "env",
     trust_env: bool = False,
+    trace_configs: list[aiohttp.TraceConfig] | None = None,
 ) -> aiohttp.ClientSession:
     """An aiohttp session for talking to one serving engine.
 
     `api_key="env"` reads the key from the environment; None sends no key. `trust_env=False`
     keeps HTTP(S)_PROXY out of the way: diagnosis targets are usually on loopback or the
     cluster network, where a corporate proxy would only add latency or refuse the request.
+    `trace_configs`: aiohttp's request tracing (the load client times each request's phases).
     Must be created (and closed) inside a running event loop.
     """
     key = api_key_from_env() if api_key == "env" else api_key
@@ -272,7 +274,9 @@ def make_session(
     # TCP handshake. DNS is cached so a slow resolver is paid once per run. An idle connection
     # is dropped after KEEPALIVE_S, before the server drops it (see KEEPALIVE_S).
     connector = aiohttp.TCPConnector(limit=connection_limit, ttl_dns_cache=300, keepalive_timeout=KEEPALIVE_S)
-    return aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector, trust_env=trust_env)
+    return aiohttp.ClientSession(
+        timeout=timeout, headers=headers, connector=connector, trust_env=trust_env, trace_configs=trace_configs
+    )
 
 
 @dataclass(frozen=True)

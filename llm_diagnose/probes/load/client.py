@@ -41,6 +41,7 @@ from llm_diagnose.probes.http import (
     redact_url,
 )
 from llm_diagnose.probes.load.faults import FaultKind, classify_exception, classify_status
+from llm_diagnose.probes.load.http_phases import PhaseClock, phase_trace_config
 from llm_diagnose.probes.load.records import ENDPOINT_PATHS, OPTIONAL_EXTENSIONS, RequestRecord, RequestSpec
 from llm_diagnose.probes.load.sse import DONE, SSEDecoder, plain_token_text, read_chunk
 
@@ -199,6 +200,7 @@ class StreamingClient:
             connect_timeout_s=self.timeouts.connect_s,
             connection_limit=self.max_streams,
             api_key=self._api_key,
+            trace_configs=[phase_trace_config()],
         )
         return self
 
@@ -353,6 +355,7 @@ class StreamingClient:
             self._watchdog = asyncio.get_running_loop().create_task(self._watch_idle())
         t_wall = time.time()
         t0 = stream.last_read = clock()
+        phases = PhaseClock(t0)
         self._streams[task] = stream
         if self.on_send is not None:
             self.on_send(spec, t0)
@@ -360,7 +363,7 @@ class StreamingClient:
             # Redirects are not left to aiohttp: it follows them to any host, turns the POST into
             # a GET on a 301/302, and every hop would leave uncounted by the budget.
             async with self.session.post(
-                url, data=body, headers=_JSON_HEADERS, timeout=timeout, allow_redirects=False
+                url, data=body, headers=_JSON_HEADERS, timeout=timeout, allow_redirects=False, trace_request_ctx=phases
             ) as resp:
                 status = resp.status
                 started = True
@@ -438,6 +441,7 @@ class StreamingClient:
             fault=stream.fault,
             fault_detail=stream.detail,
             handling_s=handling,
+            http=phases.phases() if phases.marks else None,
         )
         return record, stream, cancelled
 

@@ -31,6 +31,7 @@ __all__ = [
     "OPTIONAL_EXTENSIONS",
     "RequestSpec",
     "RequestRecord",
+    "HttpPhases",
     "JsonlWriter",
     "read_records",
     "parse_record_line",
@@ -97,6 +98,43 @@ class RequestSpec:
 
 
 @dataclass(frozen=True)
+class HttpPhases:
+    """When the HTTP client reached each step of one request (aiohttp's request tracing), in
+    seconds after `RequestRecord.t_send`; None where the step did not happen or was not reported.
+
+    They say where time before the first token went on the client's side: waiting for a free
+    connection of the client's own pool (then TTFT includes the client's queue, not the
+    server's), opening a connection, writing the request, and the server's answer headers
+    (vLLM and SGLang send them when they accept a streamed request, before its first token).
+    """
+
+    pool_wait_s: float | None = None  # waited for a free connection of the client's pool
+    connect_s: float | None = None  # opened a new connection (None: a kept-alive one was reused)
+    reused: bool | None = None  # a kept-alive connection carried it
+    headers_sent_s: float | None = None  # request headers written
+    body_sent_s: float | None = None  # request body written
+    response_headers_s: float | None = None  # status line and headers of the answer received
+
+    def to_dict(self) -> dict:
+        return {k: (round(v, _ROUND) if isinstance(v, float) else v) for k, v in self.__dict__.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> HttpPhases:
+        def seconds(key: str) -> float | None:
+            return None if d.get(key) is None else float(d[key])
+
+        reused = d.get("reused")
+        return cls(
+            pool_wait_s=seconds("pool_wait_s"),
+            connect_s=seconds("connect_s"),
+            reused=None if reused is None else bool(reused),
+            headers_sent_s=seconds("headers_sent_s"),
+            body_sent_s=seconds("body_sent_s"),
+            response_headers_s=seconds("response_headers_s"),
+        )
+
+
+@dataclass(frozen=True)
 class RequestRecord:
     """What happened to one request. Immutable; written to requests.jsonl when it ends."""
 
@@ -119,6 +157,7 @@ class RequestRecord:
     fault: FaultKind | None = None
     fault_detail: str = ""
     handling_s: float = 0.0  # client CPU time spent parsing this stream (its own overhead)
+    http: HttpPhases | None = None  # the HTTP client's phases, where it reported them
 
     # --- derived ------------------------------------------------------------------------
     @property
@@ -180,6 +219,8 @@ class RequestRecord:
             d["event_tokens"] = list(self.event_tokens)
         if self.fault_detail:
             d["fault_detail"] = self.fault_detail
+        if self.http is not None:
+            d["http"] = self.http.to_dict()
         return d
 
     @classmethod
@@ -212,6 +253,7 @@ class RequestRecord:
             fault=None if fault is None else FaultKind(fault),
             fault_detail=str(d.get("fault_detail", "")),
             handling_s=float(d.get("handling_s", 0.0)),
+            http=None if d.get("http") is None else HttpPhases.from_dict(d["http"]),  # not an object: AttributeError
         )
 
 
