@@ -15,7 +15,6 @@ start costs ~45 s on the 2-core host).
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -56,13 +55,12 @@ def observe(server, out: Path, workload: DemoWorkload) -> Path:
 
 
 def warm_up(server, scratch: Path) -> None:
-    """Unrecorded traffic first: a freshly started vLLM CPU serves its first requests several times
-    slower (seen: TTFT 152 ms in the first run, 28 ms later), which a comparison would read as the
-    change's effect. 8 requests of each workload, with their own questions."""
+    """Unrecorded traffic first, as the demo does (DemoWorkload.warm_up: a freshly started vLLM CPU
+    serves its first requests several times slower, which a comparison would read as the change's
+    effect), for each of the workloads this module records."""
     scratch.mkdir(parents=True, exist_ok=True)
     for workload in (QUESTIONS_ONLY, SHARED):
-        warm = DemoWorkload(requests=8, spread_s=0.5, seed=99, system_prompt=workload.system_prompt)
-        completed, _, _ = asyncio.run(warm.drive(server.url, server.model_name, scratch / REQUESTS, delay_s=0.0))
+        completed = workload.warm_up(server.url, server.model_name, scratch / REQUESTS)
         assert completed, f"the warm-up got no answer (server log: {server.log_path})"
 
 

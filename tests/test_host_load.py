@@ -25,6 +25,7 @@ from llm_diagnose.probes.host_cpu import (
     cpu_ticks_between,
     host_cpu_times,
     local_server_pids,
+    processes_cpu,
     processes_cpu_ticks,
 )
 from llm_diagnose.probes.load.health import HOST_BUSY_FRACTION, MIN_SERVER_CORES, ClientHealth
@@ -68,8 +69,9 @@ def test_cpu_ticks_of_a_busy_process_grow_with_its_work():
     finally:
         burner.kill()
         burner.wait(10)
-    # Spinning, it gets a core of its own on a quiet host; a fifth of one on any host this suite runs on.
-    assert t1 - t0 >= 0.2 * 0.5 * CLOCK_TICKS_PER_S, (t0, t1)
+    # Spinning, it gets a core of its own on a quiet host and some share on a loaded one: its
+    # ticks grow (how much depends on the host, which this test does not control).
+    assert t1 > t0, (t0, t1)
     assert processes_cpu_ticks([burner.pid]) == 0.0  # reaped: gone from /proc, counts nothing
 
 
@@ -226,20 +228,33 @@ def _window(target, seconds: float = 1.0):
 @linux_only
 def test_a_window_tells_the_servers_cpu_from_another_process():
     # Two real spinning processes: one plays the server (its pid as the port's listener), the other
-    # is someone else on the host. Each gets about a core on a quiet 2-core host.
+    # is someone else on the host.
     from llm_diagnose.probes.load.health import TargetHost
 
     server, other = _burner(5), _burner(5)
     try:
         time.sleep(0.2)
+        # What each really got, read independently around the window (a busy host gives them less;
+        # the attribution must follow whatever they got).
+        t0, before = time.perf_counter(), processes_cpu([server.pid, other.pid])
         health = _window(TargetHost(True, frozenset({server.pid}), "burner"))
+        after, elapsed = processes_cpu([server.pid, other.pid]), time.perf_counter() - t0
     finally:
         for p in (server, other):
             p.kill()
             p.wait(10)
+
+    def cores(pid: int) -> float:
+        return (after[pid][1] - before[pid][1]) / CLOCK_TICKS_PER_S / elapsed
+
     assert health is not None and health.server_cores is not None and health.other_cores is not None
-    assert health.server_cores >= 0.3 and health.other_cores >= 0.3, health.describe()
-    assert health.server_cores + health.other_cores <= health.host_cpus + 0.1, health.describe()
+    # Ticks are 10 ms: 0.05 cores of rounding over about a second, and the window is a little shorter.
+    tolerance = 0.05 + 0.1 * cores(server.pid)
+    assert abs(health.server_cores - cores(server.pid)) <= tolerance, (health.describe(), cores(server.pid))
+    assert health.other_cores >= cores(other.pid) - 0.05 - 0.1 * cores(other.pid), (
+        health.describe(),
+        cores(other.pid),
+    )  # other processes: this one, and whatever else ran on the host
 
 
 @linux_only

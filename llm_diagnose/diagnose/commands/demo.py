@@ -130,12 +130,16 @@ def _observe(model_dir, workdir, out, workload, args, slo, *, prefix_caching: bo
     """Start the tiny vLLM, drive the workload while scraping, diagnose; the RunResult."""
     from llm_diagnose.diagnose.collect import RunPlan, run_target
     from llm_diagnose.diagnose.demo.vllm_server import VllmServer
+    from llm_diagnose.diagnose.demo.workload import WARM_UP_REQUESTS
 
     trace = workload.write_trace(out / "workload.jsonl")
     _say("starting a real vLLM CPU server on 127.0.0.1 (about 30-60 s)")
     with VllmServer(model_dir, workdir / "server", prefix_caching=prefix_caching) as server:
+        _say(f"server ready at {server.url}; warming it up: {WARM_UP_REQUESTS} unrecorded requests, no shared prefix")
+        if not workload.warm_up(server.url, server.model_name, workdir / "warm-up-requests.jsonl"):
+            raise TargetError(f"the server answered none of the warm-up requests (server log: {server.log_path})")
         _say(
-            f"server ready at {server.url}; sending {args.requests} requests with a shared system prompt "
+            f"sending {args.requests} requests with a shared system prompt "
             f"({workload.concurrency} at a time) while scraping /metrics for {args.duration:g} s"
         )
         sent: list[tuple[int, int]] = []

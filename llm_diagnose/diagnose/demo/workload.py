@@ -21,6 +21,7 @@ from llm_diagnose.probes.load.records import JsonlWriter, RequestSpec
 
 # About 820 tokens with the tiny model's tokenizer: six full 128-token blocks, well inside
 # the demo server's 2048-token context together with the question and the answer.
+WARM_UP_REQUESTS = 8  # enough for the first-request costs seen on vLLM CPU (about 3 s of traffic)
 SYSTEM_PROMPT = " ".join(
     f"Rule {i}: answer politely, cite the policy section {i}, and keep the tone of the support desk."
     for i in range(1, 17)
@@ -58,6 +59,28 @@ class DemoWorkload:
             for spec in self.specs():
                 f.write(json.dumps({"prompt": spec.prompt, "output_length": spec.max_tokens}) + "\n")
         return path
+
+    def warm_up_workload(self) -> DemoWorkload:
+        """Unrecorded traffic for a freshly started server, of this workload's shape and sharing
+        none of its prefixes.
+
+        A vLLM CPU server serves its first requests several times slower than later ones (seen:
+        TTFT 152 ms in a first run, 28 ms later; CI: a run on a second fresh server decoded 29%
+        slower per token than on the first), and how much varies from one start to the next: a
+        before/after pair of cold servers compares two warm-ups. The warm-up's system prompt is
+        this one behind a different first line: prefix caches match exact prefixes block by
+        block from the start, so nothing it leaves in the cache serves the recorded requests
+        (a warm cache would read as the change's effect, and as the warm-cache pitfall).
+        """
+        warm_prompt = f"(warm-up, not recorded)\n{self.system_prompt}" if self.system_prompt else ""
+        return DemoWorkload(requests=WARM_UP_REQUESTS, concurrency=self.concurrency, spread_s=0.5,
+                            seed=self.seed + 1, system_prompt=warm_prompt)  # fmt: skip
+
+    def warm_up(self, base_url: str, model: str, scratch: Path) -> int:
+        """Send the warm-up workload (its records go to `scratch`, not the run folder); the number
+        of its requests that completed."""
+        completed, _, _ = asyncio.run(self.warm_up_workload().drive(base_url, model, scratch, delay_s=0.0))
+        return completed
 
     async def drive(
         self, base_url: str, model: str, requests_file: Path, delay_s: float = 1.0
