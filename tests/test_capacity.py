@@ -27,6 +27,7 @@ from llm_diagnose.diagnose.capacity import (
     simulate,
 )
 from llm_diagnose.diagnose.capacity.fit import replay_error
+from llm_diagnose.diagnose.capacity.plan import CapacityPlan, MeasuredGoodput, live_contradiction
 from llm_diagnose.diagnose.cli import main
 from llm_diagnose.diagnose.report import capacity as report_capacity
 from llm_diagnose.diagnose.tree.slo import SLO, Objective
@@ -259,6 +260,52 @@ def test_plan_projects_prefix_caching_and_kv_quantization_with_their_assumptions
     assert by["kv-quantization"].goodput_rps >= by["today"].goodput_rps
     assert "16384" in by["kv-quantization"].assumption.replace(",", "")
     assert any("speculative-decoding" in n and "not projected" in n for n in plan.notes)
+    json.dumps(plan.to_dict(), allow_nan=False)
+
+
+def _searched(low: float, high: float, threshold: float) -> RateSearch:
+    search = RateSearch(low, high, 4)
+    while (rate := search.next_rate()) is not None:
+        search.record(Trial(rate, rate <= threshold, 24, f"at {rate:g}/s"))
+    return search
+
+
+def _plan_beside(live_threshold: float) -> CapacityPlan:
+    """A plan whose live search (bracket 1-100/s around the model's ~10/s) found its edge at live_threshold."""
+    limits = EngineLimits(64, 2048, 8192, 16, prefix_caching=False, source="test")
+    items = _items(40, prompt=1024, out=64, groups=2)
+    measured = MeasuredGoodput(_searched(1.0, 100.0, live_threshold), _searched(1.0, 100.0, 10.0))
+    return plan_capacity(items, MODEL, limits, SLO_TTFT, 50.0, techniques=("prefix-caching",), measured=measured)
+
+
+def test_a_live_search_inside_its_bracket_leaves_the_models_plan_standing():
+    plan = _plan_beside(30.0)  # 3x the model: inside the bracket, an error the user sees beside it
+    assert live_contradiction(plan.measured) is None
+    assert {s.name for s in plan.scenarios} == {"today", "prefix-caching"}
+    assert "measured live" not in plan.today.assumption
+
+
+@pytest.mark.parametrize(
+    ("live_threshold", "expect_bound", "words"),
+    [(1000.0, "at-least", "too low"), (0.5, "below-range", "too high")],
+)
+def test_a_live_search_past_its_bracket_replaces_the_model_and_withholds_its_projections(
+    live_threshold, expect_bound, words
+):
+    # CI: the model said 9.2/s from a calibration with a slow moment; the server met the SLO at
+    # 92/s, the search's high end. The plan had said 11 replicas for 100/s, from the model.
+    plan = _plan_beside(live_threshold)
+    why = live_contradiction(plan.measured)
+    assert why is not None and words in why, why
+    assert [s.name for s in plan.scenarios] == ["today"]  # no projection from a model that far off
+    today = plan.today
+    assert today.bound == expect_bound and "measured live" in today.assumption
+    if expect_bound == "at-least":
+        assert today.goodput_rps == 100.0 and today.replicas == 1  # an upper bound, and it says so
+        assert "upper bound" in today.assumption
+    else:
+        assert today.goodput_rps is None and today.replicas is None  # no rate in range: no replica count
+    assert any("contradicts the model" in n and "To settle it" in n for n in plan.notes)
     json.dumps(plan.to_dict(), allow_nan=False)
 
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from llm_diagnose.diagnose.capacity.goodput import GoodputPrediction, predict_goodput
+from llm_diagnose.diagnose.capacity.goodput import predict_goodput
 from llm_diagnose.diagnose.capacity.model import StepModel
 from llm_diagnose.diagnose.capacity.simulate import EngineLimits, SimRequest
 from llm_diagnose.diagnose.capacity.validate import ModelValidation
@@ -27,6 +27,7 @@ __all__ = [
     "CapacityPlan",
     "plan_capacity",
     "replicas_needed",
+    "live_contradiction",
     "PREDICTION_RANGE",
     "KV_QUANT_CAPACITY_FACTOR",
 ]
@@ -84,6 +85,44 @@ class MeasuredGoodput:
             }
 
         return {"measured": one(self.search), "predicted": one(self.predicted)}
+
+
+def live_contradiction(measured: MeasuredGoodput | None) -> str | None:
+    """Why the live search contradicts the model's goodput, in words; None where it does not.
+
+    The search's bracket is centred on the model's prediction (prediction / span to x span), so
+    an edge found inside it agrees within the span, whatever its exact ratio, and the two answers
+    stand side by side. The live search contradicts the model only at an end of the bracket: the
+    server met the SLO at the high end the model breaks at, or broke it at the low end the model
+    holds at. Its goodput is then off by more than the span, and every figure the model projects
+    with it is too.
+    """
+    if measured is None or measured.predicted is None:
+        return None
+    live, model = measured.search, measured.predicted
+    if live.bound == "at-least" and model.bound != "at-least":
+        return (
+            f"the server met the SLO at {live.goodput_rps:.3g}/s, the search's high end, where the model "
+            f"predicted a goodput of {_rate_words(model)}{_factor(live.goodput_rps, model.goodput_rps, 'low')}"
+        )
+    if live.bound == "below-range" and model.bound != "below-range":
+        return (
+            f"the server broke the SLO at {live.low_rps:.3g}/s, the search's low end, where the model "
+            f"predicted a goodput of {_rate_words(model)}{_factor(model.goodput_rps, live.low_rps, 'high')}"
+        )
+    return None
+
+
+def _factor(higher: float | None, lower: float | None, way: str) -> str:
+    if higher is None or lower is None or lower <= 0:
+        return ""
+    return f": the model is at least {higher / lower:.3g}x too {way} here"
+
+
+def _rate_words(s: RateSearch) -> str:
+    if s.goodput_rps is None:
+        return f"below {s.low_rps:.3g}/s"
+    return ("at least " if s.bound == "at-least" else "") + f"{s.goodput_rps:.3g}/s"
 
 
 @dataclass(frozen=True)
@@ -147,10 +186,7 @@ ASSUMPTIONS = (
 )
 
 
-def _scenario(
-    name: str, technique: str | None, prediction: GoodputPrediction, target: float, tp: int, assumption: str
-) -> Scenario:
-    s = prediction.search
+def _scenario(name: str, technique: str | None, s: RateSearch, target: float, tp: int, assumption: str) -> Scenario:
     reps = replicas_needed(target, s.goodput_rps)
     note = assumption
     if s.bound == "at-least" and reps is not None:
@@ -200,15 +236,28 @@ def plan_capacity(
         raise ValueError("the target rate must be positive")
     lo, hi = PREDICTION_RANGE
 
-    def predict(its: Sequence[SimRequest], lim: EngineLimits) -> GoodputPrediction:
-        return predict_goodput(its, model, lim, slo, low_rps=lo, high_rps=hi, steps=PREDICTION_STEPS, seed=seed)
+    def predict(its: Sequence[SimRequest], lim: EngineLimits) -> RateSearch:
+        search = predict_goodput(its, model, lim, slo, low_rps=lo, high_rps=hi, steps=PREDICTION_STEPS, seed=seed)
+        return search.search
 
     keys = any(it.blocks for it in items)
     today_note = (
         f"the server as configured ({limits.source}); prefix caching {'on' if limits.prefix_caching else 'off'}"
     )
-    scenarios = [_scenario("today", None, predict(items, limits), target_rps, tensor_parallel, today_note)]
     extra_notes = list(notes)
+    contradicted = live_contradiction(measured)
+    if measured is not None and contradicted is not None:
+        # The live answer replaces the model's; projections by the same model are withheld.
+        today_note += f"; measured live, not modelled ({contradicted})"
+        scenarios = [_scenario("today", None, measured.search, target_rps, tensor_parallel, today_note)]
+        extra_notes.append(
+            f"the live search contradicts the model: {contradicted}. Today's goodput is the measured one; "
+            "no technique is projected with this model. To settle it, record the requests the model is "
+            "fitted on from the same warm server under the same host load as the search, and plan again"
+        )
+        techniques = ()
+    else:
+        scenarios = [_scenario("today", None, predict(items, limits), target_rps, tensor_parallel, today_note)]
     for technique in dict.fromkeys(techniques):
         if technique == "prefix-caching":
             if limits.prefix_caching:

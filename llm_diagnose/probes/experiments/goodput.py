@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from llm_diagnose.probes.load.budget import ActiveBudget
+from llm_diagnose.probes.load.health import HealthWindow, TargetHost
 from llm_diagnose.probes.load.records import RequestRecord
 from llm_diagnose.probes.load.runner import Driver
 from llm_diagnose.probes.load.workloads import Workload
@@ -220,6 +221,7 @@ async def run_goodput_search(
     """Run the planned search. `make_workload(rate, trial)` gives one trial's requests (its
     pacing must be PoissonArrivals(rate, plan.seed)); `judge(records)` says (met, why)."""
     search = RateSearch(plan.low_rps, plan.high_rps, plan.steps, retry_broken_low=True)
+    host = TargetHost.of(driver.client.base_url)
     notes: list[str] = []
     records: list[RequestRecord] = []
     trial = 0
@@ -232,17 +234,22 @@ async def run_goodput_search(
         specs = workload.specs[: plan.requests]
         workload = Workload(workload.name, specs, workload.pacing, workload.description)
         cap = min(plan.trial_cap_s(rate), driver.guard.remaining_s)
-        task = driver.start_coroutine(driver.run(workload))
-        done, _ = await asyncio.wait({task}, timeout=cap)
-        cut = not done
-        if cut:
-            await driver.stop_all(f"goodput trial at {rate:g}/s ran past {cap:.0f} s")
-        await asyncio.gather(task, return_exceptions=True)
+        async with HealthWindow(driver.client.counters, host) as window:
+            task = driver.start_coroutine(driver.run(workload))
+            done, _ = await asyncio.wait({task}, timeout=cap)
+            cut = not done
+            if cut:
+                await driver.stop_all(f"goodput trial at {rate:g}/s ran past {cap:.0f} s")
+            await asyncio.gather(task, return_exceptions=True)
         mine = [r for r in driver.records if r.request_id in {s.request_id for s in specs}]
         records.extend(mine)
         met, why = judge(mine)
         if cut:
             met, why = False, f"cut after {cap:.0f} s with requests still queued ({why})"
+        stall = window.health.stall() if window.health is not None else None
+        if stall is not None and not met:
+            # A stalled client only ever makes a trial slower: a held one stands, a broken one may be the client's.
+            why += f"; but {stall}: the break may be the client's, not the server's"
         search.record(Trial(rate, met, len(mine), why))
         trial += 1
         await asyncio.sleep(0.2)  # let the last streams' statistics settle before the next trial
