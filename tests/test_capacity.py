@@ -274,7 +274,7 @@ def _plan_beside(live_threshold: float) -> CapacityPlan:
     """A plan whose live search (bracket 1-100/s around the model's ~10/s) found its edge at live_threshold."""
     limits = EngineLimits(64, 2048, 8192, 16, prefix_caching=False, source="test")
     items = _items(40, prompt=1024, out=64, groups=2)
-    measured = MeasuredGoodput(_searched(1.0, 100.0, live_threshold), _searched(1.0, 100.0, 10.0))
+    measured = MeasuredGoodput(_searched(1.0, 100.0, live_threshold), _searched(1.0, 100.0, 10.0), centred_span=10.0)
     return plan_capacity(items, MODEL, limits, SLO_TTFT, 50.0, techniques=("prefix-caching",), measured=measured)
 
 
@@ -307,6 +307,26 @@ def test_a_live_search_past_its_bracket_replaces_the_model_and_withholds_its_pro
         assert today.goodput_rps is None and today.replicas is None  # no rate in range: no replica count
     assert any("contradicts the model" in n and "To settle it" in n for n in plan.notes)
     json.dumps(plan.to_dict(), allow_nan=False)
+
+
+def test_only_a_judged_end_of_a_centred_bracket_contradicts_the_model():
+    model = _searched(1.0, 100.0, 10.0)
+    # The budget stopped the search after its low end held: "at least 1/s" is no contradiction.
+    stopped = RateSearch(1.0, 100.0, 4)
+    stopped.record(Trial(1.0, True, 24))
+    assert stopped.bound == "at-least" and live_contradiction(MeasuredGoodput(stopped, model, 10.0)) is None
+    # Nothing judged at all (stopped before the first trial).
+    assert live_contradiction(MeasuredGoodput(RateSearch(1.0, 100.0, 4), model, 10.0)) is None
+    # Not centred on a prediction (no model before the search, or --max-rps clipped the high end).
+    assert live_contradiction(MeasuredGoodput(_searched(1.0, 100.0, 1000.0), model, None)) is None
+    # The low end broke only in trials the client's loop stalled in: the break may be the client's.
+    stalled = RateSearch(1.0, 100.0, 4, retry_broken_low=True)
+    while (rate := stalled.next_rate()) is not None:
+        stalled.record(Trial(rate, False, 24, "broken", client_stalled=True))
+    assert stalled.bound == "below-range" and live_contradiction(MeasuredGoodput(stalled, model, 10.0)) is None
+    # Met at the high end: the factor is against the rate the model breaks at, a true lower bound.
+    why = live_contradiction(MeasuredGoodput(_searched(1.0, 100.0, 1000.0), model, 10.0))
+    assert why is not None and f"{100.0 / model.broken_at_rps:.3g}x too low" in why, why
 
 
 def test_plan_needs_a_latency_slo():

@@ -112,7 +112,7 @@ async def _unstalled_level(driver, writer, url: str, items, prompts, pacing, nam
         assert window.health is not None
         if window.health.stall() is None:
             break
-    for r in records:  # the last attempt's, stalled or not: a host that always stalls fails the test
+    for r in records:  # the last attempt's, stalled or not (the SLO and the model then carry the stall)
         writer.write(r.to_dict())
     return records
 
@@ -133,7 +133,7 @@ async def _calibrate(url: str, trace: tuple, out: Path) -> SLO:
         for _ in range(2):
             await warm_up.run(trace_workload(trace, prompts, pacing=ClosedLoop(len(trace))))
         with JsonlWriter(out / REQUESTS) as writer:
-            driver = Driver(client, BudgetGuard(ActiveBudget(500, 180)))
+            driver = Driver(client, BudgetGuard(ActiveBudget(STALLED_TRIES * (8 + 24 * 7), 300)))
 
             async def level(pacing, name: str, items=trace) -> list:
                 return await _unstalled_level(driver, writer, url, items, prompts, pacing, name)
@@ -219,7 +219,7 @@ def _plan_active(server, trace_path: Path, folder: Path, capsys) -> dict:
             "--budget-requests",
             str(7 * TRIAL_REQUESTS + 1),
             "--budget-seconds",
-            "300",  # a bound the plan fits its trials into (the low end's 48 requests at a few per s)
+            "600",  # the bound the plan fits its trials in: 7 of 48 requests, the low end's at ~1/s
         ]
     )
     out = capsys.readouterr()

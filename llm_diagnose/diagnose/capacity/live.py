@@ -20,6 +20,7 @@ HTTP client.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -59,6 +60,7 @@ class LiveSearchPlan:
     slo: SLO
     model: StepModel | None  # fitted before the search; None: fitted on the search's own trials
     notes: tuple[str, ...] = ()
+    centred_span: float | None = None  # the bracket is the prediction / span to x span, unclipped
 
     def describe(self, url: str) -> str:
         """What will be sent where, said before anything is sent."""
@@ -128,7 +130,11 @@ def plan_live_search(
     # The budget may have cut the trial's size: every use below (what is sent, what is
     # predicted, what is said) takes the planned size, so the two sides run the same requests.
     gplan = replace(gplan, workload=f"the trace's first {gplan.requests} requests")
-    return LiveSearchPlan(gplan, budget, tuple(trace), tuple(items), limits, slo, model, tuple(notes))
+    # Only a bracket centred on the prediction can contradict it at an end (capacity.plan.live_contradiction).
+    centred = model is not None and math.isclose(gplan.low_rps, low) and math.isclose(gplan.high_rps, high)
+    return LiveSearchPlan(
+        gplan, budget, tuple(trace), tuple(items), limits, slo, model, tuple(notes), span if centred else None
+    )
 
 
 def run_live_search(url: str, plan: LiveSearchPlan, *, requests_out: Path | None = None) -> LiveGoodput:
@@ -172,7 +178,8 @@ def run_live_search(url: str, plan: LiveSearchPlan, *, requests_out: Path | None
         steps=gplan.steps,
         seed=gplan.seed,
     )
-    return LiveGoodput(model, validation, MeasuredGoodput(result.search, predicted.search), tuple(notes))
+    measured = MeasuredGoodput(result.search, predicted.search, plan.centred_span)
+    return LiveGoodput(model, validation, measured, tuple(notes))
 
 
 async def _measure(url: str, base: str, plan: LiveSearchPlan, requests_out: Path | None) -> GoodputSearch:

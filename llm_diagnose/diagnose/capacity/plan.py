@@ -72,6 +72,9 @@ class MeasuredGoodput:
 
     search: RateSearch
     predicted: RateSearch | None = None
+    # The span the bracket was centred on the prediction with (prediction / span to x span);
+    # None where it was not (no model before the search, or clipped by --max-rps).
+    centred_span: float | None = None
 
     def to_dict(self) -> dict:
         def one(s: RateSearch | None) -> dict | None:
@@ -90,33 +93,33 @@ class MeasuredGoodput:
 def live_contradiction(measured: MeasuredGoodput | None) -> str | None:
     """Why the live search contradicts the model's goodput, in words; None where it does not.
 
-    The search's bracket is centred on the model's prediction (prediction / span to x span), so
-    an edge found inside it agrees within the span, whatever its exact ratio, and the two answers
-    stand side by side. The live search contradicts the model only at an end of the bracket: the
-    server met the SLO at the high end the model breaks at, or broke it at the low end the model
-    holds at. Its goodput is then off by more than the span, and every figure the model projects
-    with it is too.
+    Where the search's bracket is centred on the model's prediction (prediction / span to x span,
+    unclipped: `MeasuredGoodput.centred_span`), an edge found inside it agrees within the span,
+    whatever its exact ratio, and the two answers stand side by side. The live search contradicts
+    the model only at an end of that bracket: the server met the SLO at the high end itself, or
+    broke it at the low end in a trial the client did not stall in, where the model says
+    otherwise. A search the budget stopped early, a bracket not centred on a prediction (no
+    model before the search, or --max-rps below its high end) contradict nothing.
     """
-    if measured is None or measured.predicted is None:
+    if measured is None or measured.predicted is None or measured.centred_span is None:
         return None
     live, model = measured.search, measured.predicted
-    if live.bound == "at-least" and model.bound != "at-least":
+    held_high = live.goodput_rps is not None and math.isclose(live.goodput_rps, live.high_rps)
+    if live.bound == "at-least" and held_high and model.bound != "at-least":
+        model_breaks = model.broken_at_rps if model.broken_at_rps is not None else model.low_rps
         return (
-            f"the server met the SLO at {live.goodput_rps:.3g}/s, the search's high end, where the model "
-            f"predicted a goodput of {_rate_words(model)}{_factor(live.goodput_rps, model.goodput_rps, 'low')}"
+            f"the server met the SLO at {live.high_rps:.3g}/s, the search's high end, where the model "
+            f"predicted a goodput of {_rate_words(model)}: the model is at least "
+            f"{live.high_rps / model_breaks:.3g}x too low here"
         )
-    if live.bound == "below-range" and model.bound != "below-range":
+    broke_low = any(t.rate_rps == live.low_rps and t.met is False and not t.client_stalled for t in live.trials)
+    if live.bound == "below-range" and broke_low and model.bound != "below-range" and model.goodput_rps:
         return (
             f"the server broke the SLO at {live.low_rps:.3g}/s, the search's low end, where the model "
-            f"predicted a goodput of {_rate_words(model)}{_factor(model.goodput_rps, live.low_rps, 'high')}"
+            f"predicted a goodput of {_rate_words(model)}: the model is at least "
+            f"{model.goodput_rps / live.low_rps:.3g}x too high here"
         )
     return None
-
-
-def _factor(higher: float | None, lower: float | None, way: str) -> str:
-    if higher is None or lower is None or lower <= 0:
-        return ""
-    return f": the model is at least {higher / lower:.3g}x too {way} here"
 
 
 def _rate_words(s: RateSearch) -> str:
@@ -248,7 +251,8 @@ def plan_capacity(
     contradicted = live_contradiction(measured)
     if measured is not None and contradicted is not None:
         # The live answer replaces the model's; projections by the same model are withheld.
-        today_note += f"; measured live, not modelled ({contradicted})"
+        sent = max((t.requests for t in measured.search.trials), default=0)
+        today_note += f"; measured live on {sent} requests of the workload, not modelled ({contradicted})"
         scenarios = [_scenario("today", None, measured.search, target_rps, tensor_parallel, today_note)]
         extra_notes.append(
             f"the live search contradicts the model: {contradicted}. Today's goodput is the measured one; "

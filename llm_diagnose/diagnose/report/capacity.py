@@ -56,7 +56,8 @@ def _measured_text(plan: Mapping[str, Any]) -> str | None:
 
     def one(s: dict) -> str:
         if s["bound"] == "below-range":
-            return f"below {min(t['rate_rps'] for t in s['trials']):.3g}/s"
+            low = min((t["rate_rps"] for t in s["trials"]), default=None)
+            return "no trial judged" if low is None else f"below {low:.3g}/s"
         return ("at least " if s["bound"] == "at-least" else "") + _rate(s["goodput_rps"])
 
     return (

@@ -138,6 +138,7 @@ class Trial:
     met: bool | None  # None: the judge could not tell (no completed request)
     requests: int = 0
     detail: str = ""
+    client_stalled: bool = False  # the client's event loop stalled during the trial (ClientHealth.stall)
 
 
 @dataclass
@@ -250,7 +251,7 @@ async def run_goodput_search(
         if stall is not None and not met:
             # A stalled client only ever makes a trial slower: a held one stands, a broken one may be the client's.
             why += f"; but {stall}: the break may be the client's, not the server's"
-        search.record(Trial(rate, met, len(mine), why))
+        search.record(Trial(rate, met, len(mine), why, client_stalled=stall is not None))
         trial += 1
         await asyncio.sleep(0.2)  # let the last streams' statistics settle before the next trial
     return GoodputSearch(plan, search, tuple(records), tuple(notes))
