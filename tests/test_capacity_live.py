@@ -94,7 +94,7 @@ def write_trace(path: Path, kind: str, n: int = 24, seed: int = 0) -> Path:
     return path
 
 
-async def _unstalled_level(driver, writer, url: str, items, prompts, pacing, name: str) -> list:
+async def _unstalled_level(driver, writer, host: TargetHost, items, prompts, pacing, name: str) -> list:
     """One calibration level's records, from an attempt in which the client's event loop did not
     stall (ClientHealth.stall); only that attempt is written, and the model is fitted on it.
 
@@ -104,8 +104,7 @@ async def _unstalled_level(driver, writer, url: str, items, prompts, pacing, nam
     trial at 10x the prediction met (210 ms), so the search found no edge.
     """
     for attempt in range(STALLED_TRIES):
-        driver.requests_out = None
-        async with HealthWindow(driver.client.counters, TargetHost.of(url)) as window:
+        async with HealthWindow(driver.client.counters, host) as window:
             records = await driver.run(
                 trace_workload(items, prompts, pacing=pacing, name=f"{name}.{attempt}", experiment="calibration")
             )
@@ -133,10 +132,13 @@ async def _calibrate(url: str, trace: tuple, out: Path) -> SLO:
         for _ in range(2):
             await warm_up.run(trace_workload(trace, prompts, pacing=ClosedLoop(len(trace))))
         with JsonlWriter(out / REQUESTS) as writer:
-            driver = Driver(client, BudgetGuard(ActiveBudget(STALLED_TRIES * (8 + 24 * 7), 300)))
+            # Unwritten (each level writes the attempt it keeps): every level at most STALLED_TRIES times.
+            most = CALIBRATION_ALONE + len(trace) * (len(CALIBRATION_RATES) + 1)
+            driver = Driver(client, BudgetGuard(ActiveBudget(STALLED_TRIES * most, 300)))
+            host = TargetHost.of(url)  # the server's processes, found once for every level
 
             async def level(pacing, name: str, items=trace) -> list:
-                return await _unstalled_level(driver, writer, url, items, prompts, pacing, name)
+                return await _unstalled_level(driver, writer, host, items, prompts, pacing, name)
 
             alone = await level(ClosedLoop(1), "cal1", trace[:CALIBRATION_ALONE])
             floor = _median_e2e(alone)

@@ -240,8 +240,8 @@ def plan_capacity(
     lo, hi = PREDICTION_RANGE
 
     def predict(its: Sequence[SimRequest], lim: EngineLimits) -> RateSearch:
-        search = predict_goodput(its, model, lim, slo, low_rps=lo, high_rps=hi, steps=PREDICTION_STEPS, seed=seed)
-        return search.search
+        prediction = predict_goodput(its, model, lim, slo, low_rps=lo, high_rps=hi, steps=PREDICTION_STEPS, seed=seed)
+        return prediction.search
 
     keys = any(it.blocks for it in items)
     today_note = (
