@@ -14,7 +14,7 @@ not from what the user says was done.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from llm_diagnose.probes import quantities as Q
 
@@ -30,6 +30,10 @@ __all__ = [
     "FRACTION_MIN_EFFECT",
     "claims_for",
     "MECHANISMS",
+    "Part",
+    "ALL_PARTS",
+    "CAN_WORSEN",
+    "can_worsen",
 ]
 
 # "up"/"down": should move that way by at least min_effect; "not-up": should not rise beyond
@@ -113,6 +117,30 @@ MECHANISMS: dict[str, str] = {
     "prefix-caching": Q.PREFIX_HIT_RATE,
     "paged-attention": Q.KV_WASTE_FRACTION,
 }
+
+# The parts of serving a metric can time or count. A metric that got worse after a change is the
+# change's doing only where the change can make every part it spans worse; elsewhere it moved
+# for another reason (with one run on each side, the likeliest is that two server instances
+# differ: seen on vLLM CPU, the engine's own ITL +34% to +48% after prefix caching was turned on,
+# while a paired A/B of two live servers on alternating rounds read 2.02 ms off, 1.79 ms on).
+Part = Literal["queue", "prefill", "decode", "memory", "cache", "speculation"]
+ALL_PARTS: frozenset[Part] = frozenset(get_args(Part))
+
+# What a technique's mechanism can make worse, with why not the rest; a technique not named can
+# make anything worse (quantization, batching, parallelism, speculation act on every step).
+CAN_WORSEN: dict[str, tuple[frozenset[Part], str]] = {
+    "prefix-caching": (
+        frozenset({"queue", "prefill", "memory", "cache"}),
+        # Its work is at admission (a lookup) and when a block fills (one hash per block of tokens).
+        "a decode step reads the same KV whether its prefix was computed or served from the cache",
+    ),
+}
+
+
+def can_worsen(technique: str) -> frozenset[Part]:
+    """The parts of serving `technique` can make worse ("" or unknown: all of them)."""
+    return CAN_WORSEN[technique][0] if technique in CAN_WORSEN else ALL_PARTS
+
 
 # Keys an expect text names as a target, not as something that should move by itself.
 REFERENCES: dict[str, tuple[str, ...]] = {"kv-offload": (Q.PREFIX_POTENTIAL,)}

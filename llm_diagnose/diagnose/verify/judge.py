@@ -44,7 +44,17 @@ from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, format_value
 from llm_diagnose.diagnose.runfolder import REQUESTS, RunFolder, RunFolderError
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
-from llm_diagnose.diagnose.verify.claims import ADOPTION, MECHANISMS, SWITCHES, Claim, claims_for
+from llm_diagnose.diagnose.verify.claims import (
+    ADOPTION,
+    ALL_PARTS,
+    CAN_WORSEN,
+    MECHANISMS,
+    SWITCHES,
+    Claim,
+    Part,
+    can_worsen,
+    claims_for,
+)
 from llm_diagnose.diagnose.verify.result import (
     AdoptedTechnique,
     ChangeKind,
@@ -425,11 +435,68 @@ def judge_claim(technique: str, claim: Claim, before: Evidence, after: Evidence,
 
 
 # --- 4. side effects ----------------------------------------------------------------------------------
+# The parts of serving each of the gate's default metrics spans (llm_diagnose.diagnose.verify.claims.Part).
+# Rates and whole-request times span every timed part: in a closed-loop run, a faster prefill
+# sends the next request sooner.
+_TIMED: frozenset[Part] = frozenset({"queue", "prefill", "decode"})
+METRIC_PARTS: dict[str, frozenset[Part]] = {
+    REQUEST_TTFT_P50: frozenset({"queue", "prefill"}),
+    REQUEST_TTFT_P99: frozenset({"queue", "prefill"}),
+    Q.TTFT_P50: frozenset({"queue", "prefill"}),
+    Q.TTFT_P99: frozenset({"queue", "prefill"}),
+    REQUEST_TPOT_P50: frozenset({"decode"}),
+    Q.ITL_P50: frozenset({"decode"}),
+    Q.ITL_P99: frozenset({"decode"}),
+    REQUEST_E2E_P50: _TIMED,
+    Q.E2E_P50: _TIMED,
+    Q.QUEUE_TIME_P50: frozenset({"queue"}),
+    Q.GEN_TOKENS_PER_S: _TIMED,
+    Q.PROMPT_TOKENS_PER_S: _TIMED,
+    Q.REQUESTS_PER_S: _TIMED,
+    Q.DEVICE_FREE_FRACTION: frozenset({"memory"}),
+    Q.KV_CAPACITY_TOKENS: frozenset({"memory"}),
+    Q.PREEMPTION_RATE: frozenset({"memory"}),
+    Q.PREFIX_HIT_RATE: frozenset({"cache"}),
+    Q.SPEC_ACCEPTANCE_RATE: frozenset({"speculation"}),
+}
+
+
+def unattributed(key: str, config: Sequence[ConfigChange]) -> str | None:
+    """Why a metric that got worse between the runs is not the change's doing, or None when it can be.
+
+    The change is what the configuration diff shows. Where no setting changed (the change is outside
+    what the probes see) or one belongs to no technique, it could be anything: everything is
+    attributable. Otherwise the metric must span only parts of serving the changed techniques can
+    make worse (`llm_diagnose.diagnose.verify.claims.CAN_WORSEN`).
+    """
+    techniques = sorted({c.technique for c in config if c.changed})
+    if not techniques or "" in techniques:
+        return None
+    reachable = frozenset().union(*(can_worsen(t) for t in techniques))
+    beyond = sorted(METRIC_PARTS.get(key, ALL_PARTS) - reachable)
+    if not beyond:
+        return None
+    why = "; ".join(f"{t}: {CAN_WORSEN[t][1]}" for t in techniques if t in CAN_WORSEN)
+    return (
+        f"{key} times the {' and '.join(beyond)}, which {', '.join(techniques)} cannot make worse ({why}). "
+        "With one run of each configuration, the likeliest cause is that two server instances differ (or the "
+        "host under them); to tell, run BEFORE's configuration again on a fresh server and verify that pair "
+        "too (A/A): a move as large there is the instances', not the change's"
+    )
+
+
 def side_effects(
-    before: RunSide, after: RunSide, claimed: frozenset[str], settings: GateSettings
+    before: RunSide,
+    after: RunSide,
+    claimed: frozenset[str],
+    settings: GateSettings,
+    config: Sequence[ConfigChange] = (),
 ) -> tuple[SideEffect, ...]:
     """Metrics beyond the claims whose whole interval moved past the gate's tolerance, and pitfalls
-    detected in AFTER and not in BEFORE (harmful), or no longer detected (not)."""
+    detected in AFTER and not in BEFORE (harmful), or no longer detected (not).
+
+    A metric that got worse is harmful only where the change can make it worse (`unattributed`);
+    elsewhere it is shown, not attributed, with what would tell. `config` is `config_diff`'s."""
     rules = GateRules(settings=settings)
     out: list[SideEffect] = []
     for rule in DEFAULT_METRICS:
@@ -437,16 +504,19 @@ def side_effects(
             continue
         o: Outcome = compare_metric(rule, before.evidence, after.evidence, rules)
         if o.interval is not None and o.verdict in ("regression", "improvement"):
+            worse = o.verdict == "regression"
+            moved = f"{'worse' if worse else 'better'} beyond {o.tolerance} with the whole interval"
+            not_ours = unattributed(rule.key, config) if worse else None
             out.append(
                 SideEffect(
                     rule.key,
                     "metric",
-                    o.verdict == "regression",
+                    worse and not_ours is None,
                     o.baseline,
                     o.current,
                     o.change,
-                    f"{'worse' if o.verdict == 'regression' else 'better'} beyond {o.tolerance} "
-                    "with the whole interval",
+                    moved if not_ours is None else f"{moved}, but not attributed to the change: {not_ours}",
+                    attributed=not_ours is None,
                 )
             )
     b_pit = {p.pitfall: p for p in before.diagnosis.pitfalls}
@@ -557,6 +627,6 @@ def verify(
     return replace(
         result,
         claims=claims,
-        side_effects=side_effects(before, after, claimed, settings),
+        side_effects=side_effects(before, after, claimed, settings, config),
         slo=slo_changes(before.diagnosis, after.diagnosis),
     )

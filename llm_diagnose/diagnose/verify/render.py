@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 # XML 1.0 cannot carry control characters even escaped: the gate drops them, and so does verify.
 from llm_diagnose.diagnose.gate_render import xml_safe
 from llm_diagnose.diagnose.report.markdown import cell, code, text
-from llm_diagnose.diagnose.verify.result import VerifyResult
+from llm_diagnose.diagnose.verify.result import SideEffect, VerifyResult
 
 __all__ = [
     "render_text",
@@ -54,10 +54,16 @@ def workload_rows(result: VerifyResult) -> list[list[str]]:
     return [[w.name, w.before, w.after, w.difference, w.tolerance, same(w)] for w in result.comparability.checks]
 
 
+def side_effect_label(s: SideEffect) -> str:
+    """ "harmful"; "worse, not attributed" (the change cannot act there); "" (better, or a pitfall gone)."""
+    return "harmful" if s.harmful else "" if s.attributed else "worse, not attributed"
+
+
+_TEXT_LABEL = {"harmful": "HARM", "": "also", "worse, not attributed": "NOT ATTRIBUTED"}
+
+
 def side_effect_rows(result: VerifyResult) -> list[list[str]]:
-    return [
-        [s.name, s.before, s.after, s.change, "harmful" if s.harmful else "", s.detail] for s in result.side_effects
-    ]
+    return [[s.name, s.before, s.after, s.change, side_effect_label(s), s.detail] for s in result.side_effects]
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -95,7 +101,7 @@ def render_text(result: VerifyResult) -> str:
         out += [f"  {c.claim.key}: {c.basis}" for c in result.claims if c.basis]
         out += ["", "Side effects:"]
         out += [
-            f"  {'HARM' if s.harmful else 'also'}  {s.name}  {s.before} -> {s.after}  {s.change}  {s.detail}".rstrip()
+            f"  {_TEXT_LABEL[side_effect_label(s)]}  {s.name}  {s.before} -> {s.after}  {s.change}  {s.detail}".rstrip()
             for s in result.side_effects
         ] or ["  none beyond the noise"]
         if result.slo:
@@ -111,6 +117,10 @@ def render_json(result: VerifyResult) -> str:
     return json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n"
 
 
+def _junit_outcome(s: SideEffect) -> str:
+    return "failure" if s.harmful else "pass" if s.attributed else "skipped"
+
+
 def render_junit(result: VerifyResult, *, timestamp: str | None = None, hostname: str | None = None) -> str:
     """JUnit XML, one test case per claim and per side effect: made worse (or a harmful side effect)
     is a <failure>, cannot tell is <skipped>; runs that are not comparable give one skipped case."""
@@ -124,7 +134,7 @@ def render_junit(result: VerifyResult, *, timestamp: str | None = None, hostname
         cases.append((f"llm-diagnose.verify.{c.technique}", c.claim.key, outcome, message))
     for s in result.side_effects:
         message = f"{s.name}: {s.before} -> {s.after} {s.change}; {s.detail}"
-        cases.append(("llm-diagnose.verify.side-effect", s.name, "failure" if s.harmful else "pass", message))
+        cases.append(("llm-diagnose.verify.side-effect", s.name, _junit_outcome(s), message))
     failures = sum(c[2] == "failure" for c in cases)
     skipped = sum(c[2] == "skipped" for c in cases)
     totals = {"tests": str(len(cases)), "failures": str(failures), "errors": "0", "skipped": str(skipped), "time": "0"}

@@ -107,7 +107,11 @@ class ClaimResult:
 
 @dataclass(frozen=True)
 class SideEffect:
-    """A change beyond the claims: a metric that moved beyond the noise, or a new pitfall."""
+    """A change beyond the claims: a metric that moved beyond the noise, or a new pitfall.
+
+    `harmful`: worse, and the change's doing. A metric that got worse where the change cannot act
+    is `attributed=False` and not harmful; its detail says why and what would tell.
+    """
 
     name: str  # an evidence key, or "pitfall:<id>"
     kind: Literal["metric", "pitfall"]
@@ -116,6 +120,7 @@ class SideEffect:
     after: str = ""
     change: str = ""
     detail: str = ""
+    attributed: bool = True
 
 
 @dataclass(frozen=True)
