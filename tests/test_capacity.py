@@ -197,6 +197,27 @@ def test_a_broken_low_end_is_tried_again_and_one_stall_does_not_end_the_search()
     assert len(broken_twice.trials) == 2 and broken_twice.bound == "below-range"
 
 
+def test_a_trial_broken_while_the_client_stalled_is_tried_again_once():
+    # CI: bursts read whole-answer-at-once after 1.1-3.7 s while the client's loop stalled 0.8-2.4 s.
+    search = RateSearch(1.0, 100.0, 3, retry_broken_low=True, retry_stalled=1)
+    first = {100.0: [Trial(100.0, False)], 10.0: [Trial(10.0, False, client_stalled=True), Trial(10.0, True)]}
+    while (rate := search.next_rate()) is not None:
+        trials = first.get(round(rate, 6))
+        search.record(trials.pop(0) if trials else Trial(rate, rate <= 20.0, client_stalled=True))
+    rates = [round(t.rate_rps, 6) for t in search.trials]
+    assert rates.count(10.0) == 2, rates  # broken in a stall, then held
+    # Only once per search: every later break ran in a stall too, and none was tried again.
+    assert sum(rates.count(r) > 1 for r in set(rates) if r != 1.0) == 1, rates
+    assert search.bound == "bracketed" and search.goodput_rps <= 20.0 < search.broken_at_rps
+    # A break without a stall is the server's: not tried again.
+    plain = RateSearch(1.0, 100.0, 3, retry_broken_low=True, retry_stalled=1)
+    while (rate := plain.next_rate()) is not None:
+        plain.record(Trial(rate, rate <= 20.0))
+    assert len({t.rate_rps for t in plain.trials}) == len(plain.trials)
+    # The offline prediction never retries (no client).
+    assert RateSearch(1.0, 100.0, 3).retry_stalled == 0
+
+
 def test_goodput_plan_fits_the_budget_and_says_what_it_sends():
     # 60 requests hold 3 trials of 20: both ends and the low end's second try, no bisection step
     plan = plan_goodput(ActiveBudget(max_requests=60, max_seconds=100), 2.0, 20.0, requests=20, steps=5)

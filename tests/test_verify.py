@@ -15,6 +15,7 @@ from llm_diagnose.diagnose.commands.report import load_run
 from llm_diagnose.diagnose.errors import ExitCode
 from llm_diagnose.diagnose.runfolder import REQUESTS
 from llm_diagnose.diagnose.tree import diagnose
+from llm_diagnose.diagnose.verify.bracket import verify_bracketed
 from llm_diagnose.diagnose.verify.judge import RunSide, config_diff, identify_adopted, verify
 from llm_diagnose.diagnose.verify.render import render_json, render_junit, render_markdown, render_text
 from llm_diagnose.probes.load.records import JsonlWriter, RequestRecord
@@ -174,7 +175,7 @@ def test_a_slower_decode_is_not_blamed_on_a_change_that_cannot_slow_it(tmp_path,
     assert not tpot.harmful and not tpot.attributed, tpot
     assert tpot.change.startswith("+"), tpot  # it did move, beyond the noise, and is shown
     assert "times the decode, which prefix-caching cannot make worse" in tpot.detail
-    assert "run BEFORE's configuration again on a fresh server" in tpot.detail  # what would tell
+    assert "run BEFORE's configuration again on a fresh server and pass it as --control" in tpot.detail
     assert result.verdict == "delivered" and result.exit_code() == ExitCode.OK
     assert main(["verify", str(before), str(after)]) == ExitCode.OK
     assert "NOT ATTRIBUTED  requests.tpot_p50_s" in capsys.readouterr().out
@@ -196,6 +197,43 @@ def test_a_slower_decode_is_not_blamed_on_a_change_that_cannot_slow_it(tmp_path,
     result = verify(side(before), side(both))
     assert "requests.tpot_p50_s" in {s.name for s in result.side_effects if s.harmful}, result.config
     assert result.verdict == "made-it-worse"
+
+
+def test_a_control_run_of_the_old_configuration_brackets_the_verdicts(tmp_path, before, capsys):
+    # A/B/A: CONTROL is BEFORE's configuration on another server instance, which happened to be as
+    # fast as AFTER (TTFT 0.12 s) and decode as slowly (30 ms a token).
+    control = write_run(tmp_path / "control", prefix_caching=False, hit_rate=0.0, ttft_s=0.12, seed=3, gap_s=0.03)
+    after = write_run(tmp_path / "after", prefix_caching=True, hit_rate=0.45, ttft_s=0.12, seed=2, gap_s=0.03)
+    assert verdicts(verify(side(before), side(after)))["latency.ttft_p50_s"] == "delivered"  # one pair: delivered
+    result = verify_bracketed(side(before), side(after), side(control))
+    ttft = next(c for c in result.claims if c.claim.key == "latency.ttft_p50_s")
+    assert ttft.verdict == "cannot-tell", ttft  # against CONTROL the TTFT did not move: the instances differ
+    assert "against BEFORE delivered" in ttft.basis and "against CONTROL no-measurable-effect" in ttft.basis
+    assert verdicts(result)["prefix.hit_rate"] == "delivered"  # 0 hits in both controls, 45% after
+    aa = next(n for n in result.notes if n.startswith("A/A:"))
+    assert "still differ beyond the noise in requests.ttft_p50_s" in aa and "requests.tpot_p50_s" in aa, aa
+    assert result.control_label == str(tmp_path / "control") and result.verdict == "cannot-tell"
+    # A side effect harmful against BEFORE only is not the change's (quantized KV: it can slow decoding).
+    kv = {"config.kv_cache_dtype": "fp8"}
+    control = write_run(tmp_path / "c2", prefix_caching=False, hit_rate=0.0, ttft_s=0.20, seed=4, gap_s=0.03)
+    fp8 = write_run(tmp_path / "fp8", prefix_caching=False, hit_rate=0.0, ttft_s=0.20, seed=5, config=kv, gap_s=0.03)
+    assert "requests.tpot_p50_s" in {s.name for s in verify(side(before), side(fp8)).side_effects if s.harmful}
+    result = verify_bracketed(side(before), side(fp8), side(control))
+    tpot = next(s for s in result.side_effects if s.name == "requests.tpot_p50_s")
+    assert not tpot.harmful and not tpot.attributed and "against CONTROL" in tpot.detail, tpot
+    assert result.verdict != "made-it-worse"
+    # ... and one harmful against both stays harmful: the CLI, with the control named in the output.
+    slow = write_run(tmp_path / "slow", prefix_caching=False, hit_rate=0.0, ttft_s=0.20, seed=6, config=kv, gap_s=0.05)
+    argv = ["verify", str(before), str(slow), "--control", str(control)]
+    assert main(argv) == ExitCode.REGRESSION
+    out = capsys.readouterr().out
+    assert f"control: {control} (BEFORE's configuration again" in out and "HARM  requests.tpot_p50_s" in out, out
+    assert "against CONTROL too" in out
+    # A control of another configuration brackets nothing: one line, exit 2.
+    argv = ["verify", str(before), str(slow), "--control", str(fp8)]
+    assert main(argv) == ExitCode.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a run of BEFORE's configuration (config.kv_cache_dtype auto vs fp8)" in err[0]
 
 
 def test_a_harmful_change_made_it_worse_and_exits_1(tmp_path, before, capsys):

@@ -16,10 +16,13 @@ EXAMPLE = """example:
   llm-diagnose verify runs/before runs/after
   llm-diagnose verify runs/before runs/after --change "turned on prefix caching" --junit verify.xml --markdown v.md
   llm-diagnose verify runs/before runs/after --html before-after.html   (also: report BEFORE AFTER)
+  llm-diagnose verify runs/before runs/after --control runs/before-again   (A/B/A: two runs of the old settings)
 
 The adopted technique is identified from the configuration each run discovered (a switch turned
 on, a setting changed); --change only adds a note. With no configuration change, the techniques
-the BEFORE run's diagnosis recommended are judged.
+the BEFORE run's diagnosis recommended are judged. Two server instances of one configuration can
+differ by more than the noise inside each run: --control RUN (BEFORE's configuration run again, on
+a fresh server) brackets AFTER between two controls, and a verdict stands only against both.
 
 exit codes: 0 every claim delivered or no harm; 1 a claim made it worse (or a harmful side
 effect); 2 bad usage or input; 5 the runs are not comparable (different workloads), or a claim
@@ -39,6 +42,11 @@ def register(sub) -> None:
     )
     p.add_argument("before", metavar="BEFORE", help="run folder (or its evidence.json) before the change")
     p.add_argument("after", metavar="AFTER", help="run folder (or its evidence.json) after the change")
+    p.add_argument(
+        "--control",
+        metavar="RUN",
+        help="a second run of BEFORE's configuration (fresh server): AFTER is judged against both (A/B/A)",
+    )
     p.add_argument("--change", metavar="NOTE", default="", help="what was changed, in words (a note only)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of text")
     p.add_argument("--junit", type=out_path, metavar="FILE", help="also write JUnit XML here")
@@ -55,6 +63,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from llm_diagnose.diagnose.commands.report import load_run
     from llm_diagnose.diagnose.runfolder import check_out_file, write_output
+    from llm_diagnose.diagnose.verify.bracket import verify_bracketed
     from llm_diagnose.diagnose.verify.judge import RunSide, verify
     from llm_diagnose.diagnose.verify.render import render_json, render_junit, render_markdown, render_text
 
@@ -62,7 +71,14 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None:
             check_out_file(getattr(args, flag), f"--{flag}")
     loaded = [load_run(path) for path in (args.before, args.after)]
-    result = verify(*(RunSide.of(x.folder, x.diagnosis, x.note) for x in loaded), change_note=args.change)
+    before, after = (RunSide.of(x.folder, x.diagnosis, x.note) for x in loaded)
+    if args.control is None:
+        result = verify(before, after, change_note=args.change)
+    else:
+        control = load_run(args.control)
+        result = verify_bracketed(
+            before, after, RunSide.of(control.folder, control.diagnosis, control.note), change_note=args.change
+        )
     sys.stdout.write(render_json(result) if args.json else render_text(result))
     if args.junit:
         write_output(args.junit, render_junit(result), "--junit")

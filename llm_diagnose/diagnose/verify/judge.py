@@ -480,8 +480,8 @@ def unattributed(key: str, config: Sequence[ConfigChange]) -> str | None:
     return (
         f"{key} times the {' and '.join(beyond)}, which {', '.join(techniques)} cannot make worse ({why}). "
         "With one run of each configuration, the likeliest cause is that two server instances differ (or the "
-        "host under them); to tell, run BEFORE's configuration again on a fresh server and verify that pair "
-        "too (A/A): a move as large there is the instances', not the change's"
+        "host under them); to tell, run BEFORE's configuration again on a fresh server and pass it as --control "
+        "(A/B/A): a move as large between BEFORE and it is the instances', not the change's"
     )
 
 

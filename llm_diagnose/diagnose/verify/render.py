@@ -82,6 +82,8 @@ def render_text(result: VerifyResult) -> str:
         f"  before: {result.before_label}",
         f"  after:  {result.after_label}",
     ]
+    if result.control_label:
+        out.append(f"  control: {result.control_label} (BEFORE's configuration again: AFTER judged against both)")
     if result.change_note:
         out.append(f"  change (as noted): {result.change_note}")
     out += ["", "What changed (configuration discovered in each run):"]
@@ -181,6 +183,8 @@ def render_markdown(result: VerifyResult) -> str:
     """A summary for a pull-request comment."""
     out = [f"## llm-diagnose verify: {result.verdict}", ""]
     out.append(f"Before: {code(result.before_label)} · after: {code(result.after_label)}")
+    if result.control_label:
+        out.append(f"Control (BEFORE's configuration again): {code(result.control_label)}")
     if result.change_note:
         out.append(f"Change (as noted): {text(result.change_note)}")
     out += ["", "### What changed", ""]

@@ -143,6 +143,7 @@ class VerifyResult:
     change_note: str = ""  # what the user said was changed (--change): a note, never evidence
     notes: tuple[str, ...] = ()
     method: str = ""
+    control_label: str = ""  # a second run of BEFORE's configuration, AFTER bracketed by both (verify.bracket)
 
     @property
     def config_changed(self) -> bool:
@@ -184,6 +185,7 @@ class VerifyResult:
             "verdict": self.verdict,
             "before": self.before_label,
             "after": self.after_label,
+            "control": self.control_label or None,
             "change_note": self.change_note,
             "config": [c.__dict__.copy() for c in self.config if c.changed],
             "config_changed": self.config_changed,

@@ -27,6 +27,7 @@ from llm_diagnose.probes.experiments.common import (
     gaps_of,
     not_measured,
     ratio_with_bootstrap_ci,
+    timed_gaps_of,
 )
 from llm_diagnose.probes.experiments.plan import DecodePlan
 from llm_diagnose.probes.load.health import ClientHealth
@@ -140,13 +141,21 @@ def analyse_decode(
         ),
     }
     # Growth with concurrency, from mean gaps: a mean is the stream's span over its tokens, so
-    # tokens that arrive in bursts (a busy host) do not zero it the way they zero a median.
+    # tokens that arrive in bursts (a busy host) do not zero it the way they zero a median. A
+    # stream that arrived whole has no span: it is left out (timed_gaps_of), and said.
     after_gaps = gaps_of(closing or [])
-    level_gaps = {1: gaps + after_gaps}
-    for c, records in sorted(levels.items()):
-        if len(gaps_of(records)) >= MIN_GAPS:
-            level_gaps[c] = gaps_of(records)
+    timed: dict[int, tuple[list[float], int]] = {1: timed_gaps_of(batch1 + (closing or []))}
+    timed.update((c, timed_gaps_of(records)) for c, records in sorted(levels.items()))
+    level_gaps = {c: g for c, (g, _) in timed.items() if len(g) >= MIN_GAPS}
+    whole = {c: n for c, (_, n) in timed.items() if n}
     growth_warnings = warnings
+    if whole:
+        left_out = ", ".join(f"{n} at {c} stream{'s' if c > 1 else ''}" for c, n in sorted(whole.items()))
+        growth_warnings = (
+            *growth_warnings,
+            f"streams that arrived whole (every gap under 50 us: nothing in them was timed) are left out of the "
+            f"growth: {left_out}",
+        )
     if after_gaps and statistics.fmean(after_gaps) > 0 and statistics.fmean(gaps) > 0:
         drift = statistics.fmean(gaps) / statistics.fmean(after_gaps)
         if max(drift, 1 / drift) > DRIFT_LIMIT:
@@ -156,7 +165,7 @@ def analyse_decode(
                 f"the end ({statistics.fmean(after_gaps) * 1e3:.2f} ms) of the experiment: the host or the engine "
                 "changed speed, so the growth is not the batch's alone",
             )
-    if len(level_gaps) > 1:
+    if len(level_gaps) > 1 and 1 in level_gaps:
         top = max(level_gaps)
         means = {c: statistics.fmean(g) for c, g in level_gaps.items()}
         curve = ", ".join(f"{c} streams {m * 1e3:.2f} ms" for c, m in sorted(means.items()))
@@ -182,9 +191,14 @@ def analyse_decode(
             "compute-bound",
         )
     else:
+        why = "no concurrency level completed with enough gaps"
+        if whole:
+            why = f"too few timed gaps at batch 1 or under concurrency ({growth_warnings[-1]})"
         results.update(
             not_measured(
-                (Q.DECODE_ITL_AT_CONCURRENCY, Q.DECODE_ITL_GROWTH), "no concurrency level completed with enough gaps"
+                (Q.DECODE_ITL_AT_CONCURRENCY, Q.DECODE_ITL_GROWTH),
+                why,
+                "run it again on a less busy host, or read the engine's own ITL histogram" if whole else "",
             )
         )
     agreement, agree = _server_agreement(ctx, batch1, gaps, server, prov)

@@ -8,7 +8,10 @@ end or a met high end ends the search: goodput is out of range); then each trial
 bracket on a geometric scale. A low end that breaks is tried once more before it ends the
 search, and a rate counts as held if any of its trials held: a host stall only ever slows a
 trial down, and one stall (on a shared 2-core machine, a trial at a tenth of the predicted
-goodput broke once and held at the next try) must not end a search with no answer. The plan
+goodput broke once and held at the next try) must not end a search with no answer. Likewise,
+once per search, a trial at any other rate that broke while the client's own event loop stalled
+(`ClientHealth.stall`: the client, not the server, may have been the slow side) is tried again
+where the budget has room for a whole trial; where it has not, the search says so. The plan
 says what it will send before anything is sent, and every send passes the run's BudgetGuard.
 
 The judge is a plain callable, so this module knows nothing of how objectives are declared
@@ -85,10 +88,10 @@ class GoodputPlan:
         return (
             f"a goodput search between {self.low_rps:g} and {self.high_rps:g} requests/s: at most "
             f"{self.max_trials} trials (both ends, the low end twice if it breaks, then {self.steps} bisection "
-            f"steps), each {self.requests} "
-            f"requests{what} at Poisson arrivals (seed {self.seed}), each cut after "
+            f"steps), each {self.requests} requests{what} at Poisson arrivals (seed {self.seed}), each cut after "
             f"{self.trial_cap_s(self.low_rps):.0f} s at most; at most {self.max_requests} requests within "
-            f"{self.duration_bound_s:.0f} s"
+            f"{self.duration_bound_s:.0f} s, and one trial more where one broke while the client stalled and "
+            "the budget has room for it"
         )
 
 
@@ -150,12 +153,15 @@ class RateSearch:
     steps: int
     trials: list[Trial] = field(default_factory=list)
     retry_broken_low: bool = False  # live: a broken low end gets a second trial (see the module docstring)
+    retry_stalled: int = 0  # live: this many other rates get a second trial where the first broke in a client stall
 
     def next_rate(self) -> float | None:
         """The next rate to try; None when the search is over."""
         tried = [t.rate_rps for t in self.trials]
         if self.low_rps not in tried:
             return self.low_rps
+        if (again := self.stalled_retry()) is not None:
+            return again
         if self.goodput_rps is None:  # the low end broke (or could not be judged): below the range
             return self.low_rps if self.retry_broken_low and tried.count(self.low_rps) == 1 else None
         if self.high_rps not in tried:
@@ -164,6 +170,18 @@ class RateSearch:
         if broken is None or len(set(tried)) >= 2 + self.steps:
             return None
         return math.sqrt(met * broken)
+
+    def stalled_retry(self) -> float | None:
+        """The last rate again, where its one trial broke while the client stalled and a retry is left."""
+        if not self.trials:
+            return None
+        last, tried = self.trials[-1], [t.rate_rps for t in self.trials]
+        if last.met or not last.client_stalled or tried.count(last.rate_rps) > 1:
+            return None
+        if self.retry_broken_low and last.rate_rps == self.low_rps:
+            return None  # the low end's own retry covers it
+        used = sum(1 for r in set(tried) if tried.count(r) > 1 and not (self.retry_broken_low and r == self.low_rps))
+        return last.rate_rps if used < self.retry_stalled else None
 
     def record(self, trial: Trial) -> None:
         self.trials.append(trial)
@@ -221,7 +239,7 @@ async def run_goodput_search(
 ) -> GoodputSearch:
     """Run the planned search. `make_workload(rate, trial)` gives one trial's requests (its
     pacing must be PoissonArrivals(rate, plan.seed)); `judge(records)` says (met, why)."""
-    search = RateSearch(plan.low_rps, plan.high_rps, plan.steps, retry_broken_low=True)
+    search = RateSearch(plan.low_rps, plan.high_rps, plan.steps, retry_broken_low=True, retry_stalled=1)
     host = TargetHost.of(driver.client.base_url)
     notes: list[str] = []
     records: list[RequestRecord] = []
@@ -230,6 +248,12 @@ async def run_goodput_search(
         reason = driver.guard.exhausted()
         if reason:
             notes.append(f"the search stopped early: {reason}")
+            break
+        if rate == search.stalled_retry() and driver.guard.remaining_requests < plan.requests:
+            notes.append(
+                f"the trial at {rate:g}/s broke while the client stalled and was not tried again: the budget has "
+                f"{driver.guard.remaining_requests} requests left, a trial needs {plan.requests}"
+            )
             break
         workload = make_workload(rate, trial)
         specs = workload.specs[: plan.requests]
