@@ -1,8 +1,9 @@
 """A/B/A: verify AFTER against two runs of BEFORE's configuration (`verify BEFORE AFTER --control RUN`).
 
 With one run on each side, an interval from the per-request samples covers the noise within each
-run, not the difference between two server instances or the host under them: seen on vLLM CPU,
-two fresh servers of the same configuration decoded 30-48% apart. A second run of BEFORE's
+run, not the difference between two server instances or the host under them: two fresh vLLM CPU
+servers of one configuration read -33% [-42%, -21%] apart in median time per token
+(benchmarks/bench_instance_drift.py; the engine's ITL mean 3.19 vs 2.22 ms). A second run of BEFORE's
 configuration (CONTROL, on a fresh server) measures that difference, and AFTER is judged against
 both runs, as an A/B experiment bracketed by two controls:
 
