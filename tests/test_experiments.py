@@ -421,6 +421,11 @@ def test_streams_that_arrived_whole_are_left_out_of_the_decode_growth():
     growth = out[Q.DECODE_ITL_GROWTH]
     assert isinstance(growth, Measurement) and growth.value == pytest.approx(1.6, rel=1e-6), growth
     assert any("left out of the growth: 2 at 4 streams" in w for w in growth.warnings), growth.warnings
+    # The engine slowed 2.4x by the end: both are said, neither hides the other.
+    slowed = [_paced(f"s{i}", 10 + i, 0.012) for i in range(2)]
+    out = analyse_decode(_ctx(), batch1, {4: whole[:2] + paced}, ServerDelta(None, None), slowed).results
+    warnings = out[Q.DECODE_ITL_GROWTH].warnings
+    assert any("left out" in w for w in warnings) and any("drifted 0.42x" in w for w in warnings), warnings
 
 
 def test_interference_analysis_finds_the_stall_inside_prefill_windows():

@@ -135,3 +135,68 @@ def test_a_client_that_keeps_up_runs_once_without_the_mark(monkeypatch, tmp_path
     out, attempts, _, events = _run(monkeypatch, tmp_path, set(), ActiveBudget(100, 60))
     assert attempts == [1] and '"experiment-repeated"' not in events
     assert not any(w.startswith(Q.CLIENT_STARVED_WARNING) for w in out[Q.SHORT_WAIT_FOR_LONG].warnings)
+
+
+# --- the goodput search: a trial broken while the client stalled ---------------------------------
+class _SearchDriver:
+    """A stand-in for the load driver: each admitted request completes at once (no server)."""
+
+    def __init__(self, guard: BudgetGuard) -> None:
+        from types import SimpleNamespace
+
+        self.guard = guard
+        self.records: list = []
+        self.client = SimpleNamespace(base_url="http://127.0.0.1:9", counters=lambda: (0, 0.0))
+
+    def start_coroutine(self, coro):
+        return asyncio.ensure_future(coro)
+
+    async def run(self, workload) -> None:
+        from llm_diagnose.probes.load.records import RequestRecord
+
+        for spec in workload.specs:
+            if not await self.guard.admit():
+                return
+            self.records.append(
+                RequestRecord(spec.request_id, "goodput", "", "", "completions", 0.0, 0.0, (0.01,), t_end=0.02)
+            )
+
+    async def stop_all(self, why: str) -> None:
+        pass
+
+
+def _search(monkeypatch, budget: ActiveBudget):
+    from llm_diagnose.probes.experiments.goodput import GoodputPlan, run_goodput_search
+    from llm_diagnose.probes.load.records import RequestSpec
+    from llm_diagnose.probes.load.workloads import Workload
+
+    plan = GoodputPlan(1.0, 100.0, steps=3, requests=4, drain_s=0.1)
+    stalls: list[bool] = []
+
+    def judge(records):  # the objective holds up to 20/s; every break here ran in a client stall
+        met = float(records[0].request_id.split("@")[0]) <= 20.0
+        stalls.append(not met)
+        return met, "judged by the test"
+
+    def make(rate: float, trial: int) -> Workload:
+        specs = tuple(RequestSpec(f"{rate}@{trial}-{i}", (1, 2, 3), 4) for i in range(plan.requests))
+        return Workload("trial", specs)
+
+    monkeypatch.setattr(
+        ClientHealth, "stall", lambda self: "the client's loop stalled for 0.9 s" if stalls[-1] else None
+    )
+    driver = _SearchDriver(BudgetGuard(budget))
+    return asyncio.run(run_goodput_search(driver, plan, make, judge)), plan
+
+
+def test_a_goodput_trial_broken_in_a_client_stall_is_tried_again_where_the_budget_has_room(monkeypatch):
+    # The high end broke in a stall: tried again (and broke again), and the bisection still runs in full.
+    out, plan = _search(monkeypatch, ActiveBudget(8 * 4, 60))
+    rates = [t.rate_rps for t in out.search.trials]
+    assert rates[:3] == [1.0, 100.0, 100.0] and len(set(rates)) == 2 + plan.steps, rates
+    assert out.search.bound == "bracketed" and not out.notes
+    # A budget that holds the plan and no more: the retry would take a planned trial's requests, so it is not made.
+    out, plan = _search(monkeypatch, ActiveBudget(plan.max_requests, 60))
+    rates = [t.rate_rps for t in out.search.trials]
+    assert rates.count(100.0) == 1 and len(set(rates)) == 2 + plan.steps, rates
+    assert any("was not tried again: the budget has" in n for n in out.notes), out.notes

@@ -164,6 +164,10 @@ def test_a_slowdown_while_the_host_changed_under_the_server_is_cannot_tell_not_h
     assert verdicts(verify(side(before), side(same)))["latency.ttft_p50_s"] == "made-it-worse"
 
 
+def _max_model_len(n: int) -> dict:
+    return {"config.max_model_len": n}
+
+
 def test_a_slower_decode_is_not_blamed_on_a_change_that_cannot_slow_it(tmp_path, before, capsys):
     # Seen in CI, the demo: prefix caching turned on delivered its hit rate and TTFT, and the second
     # server decoded 35% slower per token [+20%, +55%] (the engine's own ITL mean +48%, the host
@@ -189,14 +193,28 @@ def test_a_slower_decode_is_not_blamed_on_a_change_that_cannot_slow_it(tmp_path,
     )
     harm = {s.name for s in verify(side(before), side(quantized)).side_effects if s.harmful}
     assert "requests.tpot_p50_s" in harm, harm
-    # ... and so is any change beside one of a setting that belongs to no technique (it could be anything).
-    other = {"config.max_model_len": 4096}
-    both = write_run(
-        tmp_path / "both", prefix_caching=True, hit_rate=0.45, ttft_s=0.12, seed=2, config=other, gap_s=0.03
+    # ... and so is any change beside one of a setting that belongs to no technique (it could be anything) ...
+    short = write_run(
+        tmp_path / "b2", prefix_caching=False, hit_rate=0.0, ttft_s=0.20, seed=1, config=_max_model_len(2048)
     )
-    result = verify(side(before), side(both))
+    both = write_run(
+        tmp_path / "both",
+        prefix_caching=True,
+        hit_rate=0.45,
+        ttft_s=0.12,
+        seed=2,
+        config=_max_model_len(4096),
+        gap_s=0.03,
+    )
+    result = verify(side(short), side(both))
     assert "requests.tpot_p50_s" in {s.name for s in result.side_effects if s.harmful}, result.config
     assert result.verdict == "made-it-worse"
+    # ... but a setting discovered in AFTER only (newly known) is not a change: still not attributed.
+    result = verify(side(before), side(both))
+    assert "requests.tpot_p50_s" not in {s.name for s in result.side_effects if s.harmful}, result.config
+    # End-to-end time spans the decode too: not attributed either; its queue and prefill are the TTFT rows.
+    e2e = next(s for s in result.side_effects if s.name == "requests.e2e_p50_s")
+    assert not e2e.harmful and not e2e.attributed and "have their own rows (TTFT)" in e2e.detail, e2e
 
 
 def test_a_control_run_of_the_old_configuration_brackets_the_verdicts(tmp_path, before, capsys):
@@ -229,6 +247,18 @@ def test_a_control_run_of_the_old_configuration_brackets_the_verdicts(tmp_path, 
     out = capsys.readouterr().out
     assert f"control: {control} (BEFORE's configuration again" in out and "HARM  requests.tpot_p50_s" in out, out
     assert "against CONTROL too" in out
+    # Harmful against CONTROL only, better against BEFORE (a slow BEFORE instance): not attributed, with both.
+    slow_before = write_run(tmp_path / "sb", prefix_caching=False, hit_rate=0.0, ttft_s=0.20, seed=7, gap_s=0.04)
+    fast_control = write_run(tmp_path / "fc", prefix_caching=False, hit_rate=0.0, ttft_s=0.20, seed=8, gap_s=0.02)
+    result = verify_bracketed(side(slow_before), side(fp8), side(fast_control))
+    tpot = next(s for s in result.side_effects if s.name == "requests.tpot_p50_s")
+    assert not tpot.harmful and not tpot.attributed, tpot
+    assert "(against CONTROL); against BEFORE: " in tpot.detail and "(better)" in tpot.detail, tpot.detail
+    # A control that did not carry AFTER's workload brackets nothing: not comparable, exit 5.
+    other_load = write_run(tmp_path / "ol", prefix_caching=False, hit_rate=0.0, ttft_s=0.2, seed=9, prompt=2048)
+    result = verify_bracketed(side(before), side(fp8), side(other_load))
+    assert result.verdict == "not-comparable" and result.claims == () and result.exit_code() == ExitCode.INCONCLUSIVE
+    assert any(r.startswith("CONTROL against AFTER: prompt tokens") for r in result.comparability.reasons), result
     # A control of another configuration brackets nothing: one line, exit 2.
     argv = ["verify", str(before), str(slow), "--control", str(fp8)]
     assert main(argv) == ExitCode.USAGE

@@ -26,12 +26,19 @@ from dataclasses import replace
 from llm_diagnose.diagnose.errors import UsageError
 from llm_diagnose.diagnose.gate import compare_metric
 from llm_diagnose.diagnose.gate_rules import DEFAULT_METRICS, GateRules, GateSettings
-from llm_diagnose.diagnose.verify.judge import RunSide, config_diff, verify
+from llm_diagnose.diagnose.host_load import host_load_change
+from llm_diagnose.diagnose.verify.judge import (
+    RunSide,
+    claimed_keys,
+    compare_workloads,
+    config_diff,
+    judge_technique,
+    side_effects,
+    verify,
+)
 from llm_diagnose.diagnose.verify.result import ClaimResult, Comparability, SideEffect, VerifyResult
 
 __all__ = ["verify_bracketed", "bracket_claim", "bracket_side_effects", "aa_drift"]
-
-_SETTING_CHANGES = ("turned-on", "turned-off", "changed")  # a fact seen in one run only is discovery, not setting
 
 
 def bracket_claim(against_before: ClaimResult, against_control: ClaimResult | None) -> ClaimResult:
@@ -53,39 +60,35 @@ def bracket_claim(against_before: ClaimResult, against_control: ClaimResult | No
 def bracket_side_effects(
     against_before: tuple[SideEffect, ...], against_control: tuple[SideEffect, ...]
 ) -> tuple[SideEffect, ...]:
-    """Side effects harmful against both controls stay harmful; harmful against one only are not attributed."""
-    harm_b = {s.name: s for s in against_before if s.harmful}
-    harm_c = {s.name: s for s in against_control if s.harmful}
-    seen_c = {s.name: s for s in against_control}
+    """Harmful against both controls: harmful. Harmful against one only (whatever the other saw):
+    not attributed, with both. Otherwise what BEFORE's comparison showed."""
+    by_before = {s.name: s for s in against_before}
+    by_control = {s.name: s for s in against_control}
     out: list[SideEffect] = []
-    for s in against_before:
-        if not s.harmful:
-            out.append(s)
-        elif s.name in harm_c:
-            out.append(replace(s, detail=f"{s.detail}; against CONTROL too: {harm_c[s.name].change or 'detected'}"))
-        else:
-            other = seen_c.get(s.name)
-            there = f"moved {other.change}, not harmful there" if other is not None else "did not move beyond the noise"
+    for name in [*by_before, *(n for n in by_control if n not in by_before)]:
+        b, c = by_before.get(name), by_control.get(name)
+        if b is not None and c is not None and b.harmful and c.harmful:
+            out.append(replace(b, detail=f"{b.detail}; against CONTROL too: {c.change or 'detected'}"))
+        elif (b is not None and b.harmful) or (c is not None and c.harmful):
+            harm, other = (b, c) if b is not None and b.harmful else (c, b)
+            assert harm is not None
+            where, elsewhere = ("BEFORE", "CONTROL") if harm is b else ("CONTROL", "BEFORE")
+            if other is not None:
+                moved = "worse, not attributed" if not other.attributed else "better"
+                there = f"{other.change or other.after} ({moved})"
+            else:
+                there = "not new there" if harm.kind == "pitfall" else "no move beyond the noise"
             out.append(
                 replace(
-                    s,
+                    harm,
                     harmful=False,
                     attributed=False,
-                    detail=f"{s.detail}; but against CONTROL (BEFORE's configuration again) it {there}: "
-                    "the server instances differ, not attributed to the change",
+                    detail=f"{harm.detail} (against {where}); against {elsewhere}: {there}. The two runs of "
+                    "BEFORE's configuration disagree, so it is the server instances', not attributed to the change",
                 )
             )
-    for name, s in harm_c.items():
-        if name not in harm_b and name not in {x.name for x in against_before}:
-            out.append(
-                replace(
-                    s,
-                    harmful=False,
-                    attributed=False,
-                    detail=f"{s.detail}, against CONTROL only; against BEFORE it did not move beyond the noise: "
-                    "the server instances differ, not attributed to the change",
-                )
-            )
+        elif b is not None:
+            out.append(b)
     return tuple(out)
 
 
@@ -118,9 +121,13 @@ def verify_bracketed(
     change_note: str = "",
     settings: GateSettings | None = None,
 ) -> VerifyResult:
-    """`verify(before, after)`, bracketed by `control` (a second run of BEFORE's configuration)."""
+    """`verify(before, after)`, bracketed by `control` (a second run of BEFORE's configuration).
+
+    The claims against CONTROL are BEFORE's (the techniques the BEFORE/AFTER diff adopted), and its
+    side effects leave out the same claimed keys, so the two comparisons judge the same things.
+    """
     settings = settings or GateSettings()
-    differs = [c for c in config_diff(before.evidence, control.evidence) if c.change in _SETTING_CHANGES]
+    differs = [c for c in config_diff(before.evidence, control.evidence) if c.set_differently]
     if differs:
         shown = ", ".join(f"{c.key} {c.before or '-'} vs {c.after or '-'}" for c in differs)
         raise UsageError(
@@ -128,18 +135,26 @@ def verify_bracketed(
             "same server settings as BEFORE, on a fresh server"
         )
     result = verify(before, after, change_note=change_note, settings=settings)
-    other = verify(control, after, change_note=change_note, settings=settings)
-    result = replace(result, control_label=control.label, notes=(*result.notes, aa_drift(before, control, settings)))
+    notes = [*result.notes, aa_drift(before, control, settings)]
+    if (host := host_load_change(control.evidence, after.evidence)) is not None:
+        notes.append(f"CONTROL against AFTER: the host changed under the server: {host}")
+    result = replace(result, control_label=control.label, notes=tuple(notes))
     if not result.comparability.comparable:
         return result
-    if not other.comparability.comparable:
-        reasons = tuple(f"CONTROL against AFTER: {r}" for r in other.comparability.reasons)
+    workload = compare_workloads(control, after)
+    if not workload.comparable:
+        reasons = tuple(f"CONTROL against AFTER: {r}" for r in workload.reasons)
         return replace(
             result,
             comparability=Comparability(False, result.comparability.checks, (*result.comparability.reasons, *reasons)),
             claims=(),
             side_effects=(),
         )
-    judged = {(c.technique, c.claim.key): c for c in other.claims}
+    judged = {
+        (c.technique, c.claim.key): c
+        for t in result.adopted
+        for c in judge_technique(t.technique, control.evidence, after.evidence, settings)
+    }
     claims = tuple(bracket_claim(c, judged.get((c.technique, c.claim.key))) for c in result.claims)
-    return replace(result, claims=claims, side_effects=bracket_side_effects(result.side_effects, other.side_effects))
+    against_control = side_effects(control, after, claimed_keys(result.claims), settings, result.config)
+    return replace(result, claims=claims, side_effects=bracket_side_effects(result.side_effects, against_control))

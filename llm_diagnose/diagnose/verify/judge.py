@@ -464,21 +464,29 @@ METRIC_PARTS: dict[str, frozenset[Part]] = {
 def unattributed(key: str, config: Sequence[ConfigChange]) -> str | None:
     """Why a metric that got worse between the runs is not the change's doing, or None when it can be.
 
-    The change is what the configuration diff shows. Where no setting changed (the change is outside
-    what the probes see) or one belongs to no technique, it could be anything: everything is
-    attributable. Otherwise the metric must span only parts of serving the changed techniques can
-    make worse (`llm_diagnose.diagnose.verify.claims.CAN_WORSEN`).
+    The change is what the configuration diff shows switched or changed (a fact discovered in one
+    run only is not a change). Where no setting changed (the change is outside what the probes see)
+    or one belongs to no technique, it could be anything: everything is attributable. Otherwise the
+    metric must span only parts of serving the changed techniques can make worse
+    (`llm_diagnose.diagnose.verify.claims.CAN_WORSEN`); a metric that spans others too (end-to-end
+    time spans the decode) is not attributed, since the parts the change can worsen are judged on
+    rows of their own (TTFT: queue and prefill).
     """
-    techniques = sorted({c.technique for c in config if c.changed})
+    techniques = sorted({c.technique for c in config if c.set_differently})
     if not techniques or "" in techniques:
         return None
     reachable = frozenset().union(*(can_worsen(t) for t in techniques))
-    beyond = sorted(METRIC_PARTS.get(key, ALL_PARTS) - reachable)
+    spans = METRIC_PARTS.get(key, ALL_PARTS)
+    beyond = sorted(spans - reachable)
     if not beyond:
         return None
     why = "; ".join(f"{t}: {CAN_WORSEN[t][1]}" for t in techniques if t in CAN_WORSEN)
+    within = sorted(spans & reachable)
+    # A metric that also spans parts the change can worsen (end to end: queue and prefill too) is
+    # not the place to see them: those parts have rows of their own (TTFT), judged as they are.
+    own = f"; its {' and '.join(within)} have their own rows (TTFT), judged on their own" if within else ""
     return (
-        f"{key} times the {' and '.join(beyond)}, which {', '.join(techniques)} cannot make worse ({why}). "
+        f"{key} times the {' and '.join(beyond)}, which {', '.join(techniques)} cannot make worse ({why}){own}. "
         "With one run of each configuration, the likeliest cause is that two server instances differ (or the "
         "host under them); to tell, run BEFORE's configuration again on a fresh server and pass it as --control "
         "(A/B/A): a move as large between BEFORE and it is the instances', not the change's"
@@ -580,6 +588,18 @@ def credit_to_mechanism(results: tuple[ClaimResult, ...]) -> tuple[ClaimResult, 
     )
 
 
+def claimed_keys(claims: Sequence[ClaimResult]) -> frozenset[str]:
+    """The evidence keys the claims were judged on (each claim's key and its per-request counterparts)."""
+    return frozenset(k for c in claims for k in _SOURCES.get(c.claim.key, (c.claim.key,)))
+
+
+def judge_technique(
+    technique: str, before: Evidence, after: Evidence, settings: GateSettings
+) -> tuple[ClaimResult, ...]:
+    """Every claim of one technique, judged and then credited through its mechanism."""
+    return credit_to_mechanism(tuple(judge_claim(technique, c, before, after, settings) for c in claims_for(technique)))
+
+
 def verify(
     before: RunSide, after: RunSide, *, change_note: str = "", settings: GateSettings | None = None
 ) -> VerifyResult:
@@ -615,15 +635,9 @@ def verify(
     if not comparability.comparable:
         return result  # different workloads: no verdict at all
     claims = tuple(
-        claim
-        for t in adopted
-        for claim in credit_to_mechanism(
-            tuple(
-                judge_claim(t.technique, c, before.evidence, after.evidence, settings) for c in claims_for(t.technique)
-            )
-        )
+        claim for t in adopted for claim in judge_technique(t.technique, before.evidence, after.evidence, settings)
     )
-    claimed = frozenset(k for c in claims for k in _SOURCES.get(c.claim.key, (c.claim.key,)))
+    claimed = claimed_keys(claims)
     return replace(
         result,
         claims=claims,

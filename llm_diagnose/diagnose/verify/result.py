@@ -47,6 +47,11 @@ class ConfigChange:
     def changed(self) -> bool:
         return self.change != "same"
 
+    @property
+    def set_differently(self) -> bool:
+        """Switched or changed: a fact discovered in one run only (newly-known, no-longer-known) is not."""
+        return self.change in ("turned-on", "turned-off", "changed")
+
 
 @dataclass(frozen=True)
 class AdoptedTechnique:

@@ -143,26 +143,28 @@ def analyse_decode(
     # Growth with concurrency, from mean gaps: a mean is the stream's span over its tokens, so
     # tokens that arrive in bursts (a busy host) do not zero it the way they zero a median. A
     # stream that arrived whole has no span: it is left out (timed_gaps_of), and said.
-    after_gaps = gaps_of(closing or [])
     timed: dict[int, tuple[list[float], int]] = {1: timed_gaps_of(batch1 + (closing or []))}
     timed.update((c, timed_gaps_of(records)) for c, records in sorted(levels.items()))
     level_gaps = {c: g for c, (g, _) in timed.items() if len(g) >= MIN_GAPS}
     whole = {c: n for c, (_, n) in timed.items() if n}
     growth_warnings = warnings
+    left_out = ""
     if whole:
-        left_out = ", ".join(f"{n} at {c} stream{'s' if c > 1 else ''}" for c, n in sorted(whole.items()))
-        growth_warnings = (
-            *growth_warnings,
+        counts = ", ".join(f"{n} at {c} stream{'s' if c > 1 else ''}" for c, n in sorted(whole.items()))
+        left_out = (
             f"streams that arrived whole (every gap under 50 us: nothing in them was timed) are left out of the "
-            f"growth: {left_out}",
+            f"growth: {counts}"
         )
-    if after_gaps and statistics.fmean(after_gaps) > 0 and statistics.fmean(gaps) > 0:
-        drift = statistics.fmean(gaps) / statistics.fmean(after_gaps)
+        growth_warnings = (*growth_warnings, left_out)
+    # Drift from the timed batch-1 streams alone: a whole stream's zeros would read as a speed-up.
+    start, end = timed_gaps_of(batch1)[0], timed_gaps_of(closing or [])[0]
+    if end and start and statistics.fmean(end) > 0 and statistics.fmean(start) > 0:
+        drift = statistics.fmean(start) / statistics.fmean(end)
         if max(drift, 1 / drift) > DRIFT_LIMIT:
             growth_warnings = (
-                *warnings,
-                f"batch-1 gaps drifted {drift:.2f}x between the start ({statistics.fmean(gaps) * 1e3:.2f} ms) and "
-                f"the end ({statistics.fmean(after_gaps) * 1e3:.2f} ms) of the experiment: the host or the engine "
+                *growth_warnings,
+                f"batch-1 gaps drifted {drift:.2f}x between the start ({statistics.fmean(start) * 1e3:.2f} ms) and "
+                f"the end ({statistics.fmean(end) * 1e3:.2f} ms) of the experiment: the host or the engine "
                 "changed speed, so the growth is not the batch's alone",
             )
     if len(level_gaps) > 1 and 1 in level_gaps:
@@ -192,13 +194,13 @@ def analyse_decode(
         )
     else:
         why = "no concurrency level completed with enough gaps"
-        if whole:
-            why = f"too few timed gaps at batch 1 or under concurrency ({growth_warnings[-1]})"
+        if whole and levels:
+            why = f"too few timed gaps at batch 1 or under concurrency ({left_out})"
         results.update(
             not_measured(
                 (Q.DECODE_ITL_AT_CONCURRENCY, Q.DECODE_ITL_GROWTH),
                 why,
-                "run it again on a less busy host, or read the engine's own ITL histogram" if whole else "",
+                "run it again on a less busy host, or read the engine's own ITL histogram" if whole and levels else "",
             )
         )
     agreement, agree = _server_agreement(ctx, batch1, gaps, server, prov)

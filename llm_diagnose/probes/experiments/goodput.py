@@ -180,8 +180,12 @@ class RateSearch:
             return None
         if self.retry_broken_low and last.rate_rps == self.low_rps:
             return None  # the low end's own retry covers it
-        used = sum(1 for r in set(tried) if tried.count(r) > 1 and not (self.retry_broken_low and r == self.low_rps))
-        return last.rate_rps if used < self.retry_stalled else None
+        return last.rate_rps if self.stall_retries_used() < self.retry_stalled else None
+
+    def stall_retries_used(self) -> int:
+        """Rates tried twice other than a low end retried by its own rule."""
+        tried = [t.rate_rps for t in self.trials]
+        return sum(1 for r in set(tried) if tried.count(r) > 1 and not (self.retry_broken_low and r == self.low_rps))
 
     def record(self, trial: Trial) -> None:
         self.trials.append(trial)
@@ -249,12 +253,20 @@ async def run_goodput_search(
         if reason:
             notes.append(f"the search stopped early: {reason}")
             break
-        if rate == search.stalled_retry() and driver.guard.remaining_requests < plan.requests:
-            notes.append(
-                f"the trial at {rate:g}/s broke while the client stalled and was not tried again: the budget has "
-                f"{driver.guard.remaining_requests} requests left, a trial needs {plan.requests}"
-            )
-            break
+        if rate == search.stalled_retry():
+            # The retry is beyond the plan: it must leave the trials the plan still holds their budget.
+            left = plan.max_trials - (len(search.trials) - search.stall_retries_used())
+            need_requests = plan.requests * (1 + left)
+            need_s = plan.trial_cap_s(rate) + left * plan.trial_cap_s(plan.low_rps)
+            guard = driver.guard
+            if guard.remaining_requests < need_requests or guard.remaining_s < need_s:
+                notes.append(
+                    f"the trial at {rate:g}/s broke while the client stalled and was not tried again: the budget "
+                    f"has {guard.remaining_requests} requests and {guard.remaining_s:.0f} s left, and the retry with "
+                    f"the {left} trials the plan may still need takes {need_requests} and {need_s:.0f} s"
+                )
+                search.retry_stalled = 0
+                continue
         workload = make_workload(rate, trial)
         specs = workload.specs[: plan.requests]
         workload = Workload(workload.name, specs, workload.pacing, workload.description)
