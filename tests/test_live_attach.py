@@ -481,7 +481,10 @@ async def scrape_during(
     stop = asyncio.Event()
     scraper = Scraper(url + "/metrics", interval_s=interval_s, run_dir=run_dir)
     task = asyncio.create_task(scraper.run(120, stop=stop))
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+    # The product's own session: it drops an idle kept-alive connection before uvicorn does (5 s).
+    # CI: aiohttp's default (15 s) reused a connection round 1 had left idle while its slowest
+    # request ran, uvicorn closed it at that moment, and round 2 read "Server disconnected".
+    async with make_session(timeout_s=120, connect_timeout_s=120, api_key=None) as session:
         await traffic(session)  # type: ignore[misc]
     await asyncio.sleep(0.3)  # the engine records a finished request's stats right after it
     stop.set()
