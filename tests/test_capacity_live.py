@@ -262,6 +262,14 @@ def test_prefix_caching_projection_matches_a_run_with_caching_on(vllm_server_fac
     trace = load_trace(trace_path)
     off = vllm_server_factory(prefix_caching=False)
     slo = _run_folder(off.url, trace_path, tmp_path)
+    # Trials of twice as many requests of the same shape as the calibration's: with caching on, a
+    # burst of 24 can meet the SLO set from the server without it (seen in CI: 450 ms against
+    # 508 ms, at 10x the projection), and then no rate a 24-request trial can send breaks it: the
+    # search has no edge to find. A burst of 48 queues about twice as long for its prefills. The
+    # projection is made for those same 48 requests: a trial's goodput depends on its size (CI,
+    # one model: 915/s for the first 24 requests, 151/s for all 48; projected on 24 and measured
+    # on 48, the live search broke at its low end, a tenth of the 915).
+    trial_path = write_trace(tmp_path / "shared-trial.jsonl", "shared-prefix", n=PROJECTION_TRIAL_REQUESTS)
     capsys.readouterr()
     assert (
         main(
@@ -270,7 +278,7 @@ def test_prefix_caching_projection_matches_a_run_with_caching_on(vllm_server_fac
                 "--evidence",
                 str(tmp_path),
                 "--trace",
-                str(trace_path),
+                str(trial_path),
                 "--target-rps",
                 "100",
                 "--slo",
@@ -287,11 +295,7 @@ def test_prefix_caching_projection_matches_a_run_with_caching_on(vllm_server_fac
     assert projected >= by["today"]["goodput_per_replica_rps"]
 
     on = vllm_server_factory()  # the same server with prefix caching on (and the default one of other tests)
-    # Trials of twice as many requests of the same shape as the calibration's: with caching on, a
-    # burst of 24 can meet the SLO set from the server without it (seen in CI: 450 ms against
-    # 508 ms, at 10x the projection), and then no rate a 24-request trial can send breaks it: the
-    # search has no edge to find. A burst of 48 queues about twice as long for its prefills.
-    trial = load_trace(write_trace(tmp_path / "shared-trial.jsonl", "shared-prefix", n=PROJECTION_TRIAL_REQUESTS))
+    trial = load_trace(trial_path)
     budget = ActiveBudget(6 * PROJECTION_TRIAL_REQUESTS, 120)
     gplan = plan_goodput(
         budget, projected / TOLERANCE, projected * TOLERANCE, requests=PROJECTION_TRIAL_REQUESTS, steps=SEARCH_STEPS
