@@ -133,9 +133,12 @@ def test_an_outcome_the_techniques_mechanism_did_not_cause_is_not_credited_to_it
     assert ttft.interval[1] < -0.10  # it did move the promised way ...
     assert "not credited to prefix-caching" in ttft.basis and "prefix.hit_rate did not" in ttft.basis
     assert result.verdict == "cannot-tell"
-    # ... and a worse outcome stays worse: a change that did nothing should not hurt either.
+    # ... nor a worse one blamed on it: CI, prefix caching with nothing to share, hit rate 0% -> 0%,
+    # TTFT +31% [+10%, +50%] on the second server. A technique that did nothing cannot cost that much.
     worse = write_run(tmp_path / "worse", prefix_caching=True, hit_rate=0.0, ttft_s=0.30, seed=3)
-    assert verdicts(verify(side(before), side(worse)))["latency.ttft_p50_s"] == "made-it-worse"
+    ttft = next(c for c in verify(side(before), side(worse)).claims if c.claim.key == "latency.ttft_p50_s")
+    assert ttft.verdict == "cannot-tell" and ttft.interval[0] > 0.10, ttft  # it did move the wrong way
+    assert "not blamed on prefix-caching" in ttft.basis and "pass it as --control" in ttft.basis, ttft.basis
 
 
 def _host(other_cores: float, busy: float = 1.0) -> dict:
@@ -160,7 +163,7 @@ def test_a_slowdown_while_the_host_changed_under_the_server_is_cannot_tell_not_h
     assert (row.before, row.after, row.deciding, row.comparable) == ("0.03", "0.9", False, False)
     assert result.verdict != "made-it-worse" and result.exit_code() == ExitCode.OK
     # The same runs on a host that stayed the same: the slowdown is the change's.
-    same = write_run(tmp_path / "s", prefix_caching=True, hit_rate=0.0, ttft_s=0.30, seed=2, config=_host(0.05))
+    same = write_run(tmp_path / "s", prefix_caching=True, hit_rate=0.45, ttft_s=0.30, seed=2, config=_host(0.05))
     assert verdicts(verify(side(before), side(same)))["latency.ttft_p50_s"] == "made-it-worse"
 
 
@@ -267,7 +270,8 @@ def test_a_control_run_of_the_old_configuration_brackets_the_verdicts(tmp_path, 
 
 
 def test_a_harmful_change_made_it_worse_and_exits_1(tmp_path, before, capsys):
-    after = write_run(tmp_path / "after", prefix_caching=True, hit_rate=0.0, ttft_s=0.30, seed=2)
+    # The cache hits (its mechanism engaged) and TTFT still got worse: the change's doing.
+    after = write_run(tmp_path / "after", prefix_caching=True, hit_rate=0.45, ttft_s=0.30, seed=2)
     result = verify(side(before), side(after))
     assert verdicts(result)["latency.ttft_p50_s"] == "made-it-worse"
     assert result.verdict == "made-it-worse"
@@ -349,7 +353,7 @@ def test_outputs_text_json_junit_markdown(tmp_path, before):
 
 
 def test_junit_marks_a_worse_claim_as_a_failure(tmp_path, before):
-    after = write_run(tmp_path / "after", prefix_caching=True, hit_rate=0.0, ttft_s=0.30, seed=2)
+    after = write_run(tmp_path / "after", prefix_caching=True, hit_rate=0.45, ttft_s=0.30, seed=2)
     xml = render_junit(verify(side(before), side(after)), timestamp="2026-12-03T10:00:00", hostname="ci")
     JUNIT_SCHEMA.validate(xml)
     failed = {c.get("name") for c in ET.fromstring(xml).iter("testcase") if c.find("failure") is not None}

@@ -572,20 +572,37 @@ def credit_to_mechanism(results: tuple[ClaimResult, ...]) -> tuple[ClaimResult, 
     Where the technique's mechanism claim (`MECHANISMS`: prefix caching's hit rate) showed no
     effect or the wrong one, an outcome claim that moved the promised way is `cannot-tell`: it
     moved, but something else moved it (a server warming up, the host's load, another change).
-    A worse outcome stays worse: a change that did nothing should not make things worse either.
+    Where the mechanism showed no effect at all, an outcome that got worse is `cannot-tell` too:
+    a technique that did nothing cannot have cost that much, and with one run of each
+    configuration the likeliest cause is that the two server instances differ (CI: prefix caching
+    with nothing to share, hit rate 0% -> 0%, TTFT +31% [+10%, +50%] on the second server; two
+    instances of one configuration measured -33% [-42%, -21%] apart in time per token). A
+    mechanism that moved the wrong way (a hit rate that fell) leaves a worse outcome worse.
     """
     mechanism = next((r for r in results if MECHANISMS.get(r.technique) == r.claim.key), None)
     if mechanism is None or mechanism.verdict not in ("no-measurable-effect", "made-it-worse"):
         return results
-    why = (
-        f"; not credited to {mechanism.technique}: it moved the promised way, but its mechanism "
-        f"{mechanism.claim.key} did not ({mechanism.before} -> {mechanism.after}: {mechanism.verdict}), so "
+    moved = f"{mechanism.claim.key} did not ({mechanism.before} -> {mechanism.after}: {mechanism.verdict})"
+    better = (
+        f"; not credited to {mechanism.technique}: it moved the promised way, but its mechanism {moved}, so "
         "something else moved it (a freshly started server warming up, the host's load, another change)"
     )
-    return tuple(
-        replace(r, verdict="cannot-tell", basis=r.basis + why) if r is not mechanism and r.verdict == "delivered" else r
-        for r in results
+    worse = (
+        f"; not blamed on {mechanism.technique}: it moved the wrong way, but its mechanism {moved}, and a "
+        "technique that did nothing cannot have cost that much: the likeliest cause is that the two server "
+        "instances differ; run BEFORE's configuration again on a fresh server and pass it as --control to tell"
     )
+
+    def credited(r: ClaimResult) -> ClaimResult:
+        if r is mechanism:
+            return r
+        if r.verdict == "delivered":
+            return replace(r, verdict="cannot-tell", basis=r.basis + better)
+        if r.verdict == "made-it-worse" and mechanism.verdict == "no-measurable-effect":
+            return replace(r, verdict="cannot-tell", basis=r.basis + worse)
+        return r
+
+    return tuple(credited(r) for r in results)
 
 
 def claimed_keys(claims: Sequence[ClaimResult]) -> frozenset[str]:
