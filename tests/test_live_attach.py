@@ -481,10 +481,13 @@ async def scrape_during(
     stop = asyncio.Event()
     scraper = Scraper(url + "/metrics", interval_s=interval_s, run_dir=run_dir)
     task = asyncio.create_task(scraper.run(120, stop=stop))
-    # The product's own session: it drops an idle kept-alive connection before uvicorn does (5 s).
-    # CI: aiohttp's default (15 s) reused a connection round 1 had left idle while its slowest
-    # request ran, uvicorn closed it at that moment, and round 2 read "Server disconnected".
-    async with make_session(timeout_s=120, connect_timeout_s=120, api_key=None) as session:
+    # A new connection for every request: CI, twice, 3 of round 2's 8 requests went out on
+    # connections round 1 had used and read "Server disconnected" with nothing in the server's log
+    # (with aiohttp's 15 s keep-alive and with the product's 4 s alike). The product's load client
+    # sends such a request again (counted against the budget: StreamingClient.resent_stale); this
+    # plain helper does not, so it does not reuse connections.
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
         await traffic(session)  # type: ignore[misc]
     await asyncio.sleep(0.3)  # the engine records a finished request's stats right after it
     stop.set()
