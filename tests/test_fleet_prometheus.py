@@ -39,7 +39,6 @@ from llm_diagnose.diagnose.cli import main
 from llm_diagnose.diagnose.fleet import fleet_view
 from llm_diagnose.diagnose.tree.evidence import Evidence, Target
 from llm_diagnose.probes import quantities as Q
-from llm_diagnose.probes.http import make_session
 from llm_diagnose.probes.metrics import Scraper, passive_evidence
 from llm_diagnose.probes.metrics.prometheus_api import (
     EmptySelection,
@@ -181,8 +180,7 @@ def scenario(vllm_server_factory, tmp_path_factory):
             tasks = {i: asyncio.create_task(sc.run(300, stop=stop)) for i, sc in scrapers.items()}
             start = time.time()
             await asyncio.to_thread(wait_until_scraped, prom, list(servers), start + 0.5)  # idle scrapes first
-            # The product's session drops idle connections before uvicorn's 5 s keep-alive ends them.
-            async with make_session(timeout_s=120, connect_timeout_s=120, api_key=None) as session:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
                 prefix = f"{nonce} " + words("p", 300)  # ~1000 tokens: 7 full blocks of 128
                 with trace.open("w") as log:  # the fleet's request log, for --trace
                     for s in servers.values():  # the same requests to both replicas

@@ -39,7 +39,6 @@ from llm_diagnose.diagnose.collect import RunPlan, RunResult, run_target
 from llm_diagnose.diagnose.demo.vllm_server import VllmServer, cpu_dtype, dtype_bytes
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes import quantities as Q
-from llm_diagnose.probes.http import make_session
 from llm_diagnose.probes.results import Fact, Measurement, NotMeasured
 
 pytestmark = pytest.mark.real_engine
@@ -111,10 +110,7 @@ def closed_loop(
                 stats.errors.append(f"{type(exc).__name__}: {exc}")
 
     async def main() -> None:
-        # The product's session drops idle connections before uvicorn's 5 s keep-alive ends them.
-        async with make_session(
-            timeout_s=120, connect_timeout_s=120, connection_limit=in_flight, api_key=None
-        ) as session:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
             workers = [asyncio.create_task(worker(session)) for _ in range(in_flight)]
             while not stop.is_set() and not all(w.done() for w in workers):
                 await asyncio.sleep(0.05)
