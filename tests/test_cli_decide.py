@@ -177,6 +177,7 @@ def test_offline_commands_load_neither_the_http_client_nor_the_metrics_parser(ar
     modules = imports_of(*(str(evidence_file) if a == "EVIDENCE" else a for a in argv))
     others = {m for m in modules if m.startswith("llm_diagnose.diagnose.commands.")} - {
         "llm_diagnose.diagnose.commands.common",
+        "llm_diagnose.diagnose.commands.argtypes",  # the flags' validated types, shared like common
         f"llm_diagnose.diagnose.commands.{argv[0]}",
     }
     assert not others  # a command imports its own module alone

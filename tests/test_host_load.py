@@ -276,13 +276,20 @@ def test_a_listener_that_does_no_work_is_no_server_to_subtract():
 
 
 def test_timed_keys_are_the_servers_times_rates_and_queues():
-    from llm_diagnose.diagnose.gate_rules import DEFAULT_METRICS
+    from llm_diagnose.diagnose.gate_rules import DEFAULT_METRICS, REQUEST_FAILED_FRACTION
     from llm_diagnose.diagnose.host_load import host_timed
 
     # Of the gate's defaults, everything but memory, capacity, hit rate and acceptance moves with the
     # CPU the server gets (preemptions too: a slower server holds more requests at once).
     untimed = {r.key for r in DEFAULT_METRICS if not host_timed(r.key)}
-    assert untimed == {Q.DEVICE_FREE_FRACTION, Q.KV_CAPACITY_TOKENS, Q.PREFIX_HIT_RATE, Q.SPEC_ACCEPTANCE_RATE}
+    # Failed requests are not a time: a server that fails what it is sent fails it on a quiet host too.
+    assert untimed == {
+        Q.DEVICE_FREE_FRACTION,
+        Q.KV_CAPACITY_TOKENS,
+        Q.PREFIX_HIT_RATE,
+        Q.SPEC_ACCEPTANCE_RATE,
+        REQUEST_FAILED_FRACTION,
+    }
     for key in (Q.WAITING_MEAN, Q.RUNNING_MEAN, "forward.decode_step_p50_s", Q.SPEC_TOKENS_PER_S):
         assert host_timed(key), key
     for key in (Q.PREFIX_HIT_RATE, Q.KV_CAPACITY_TOKENS, Q.DECODE_TIME_SHARE, "requests.decode_tokens",

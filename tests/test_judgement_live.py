@@ -35,8 +35,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from llm_diagnose.diagnose.cli import main
 from llm_diagnose.diagnose.collect import RunPlan, RunResult, run_target
 from llm_diagnose.diagnose.demo.vllm_server import VllmServer, cpu_dtype, dtype_bytes
+from llm_diagnose.diagnose.errors import ExitCode
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Fact, Measurement, NotMeasured
@@ -302,3 +304,62 @@ def test_load_beyond_kv_capacity_is_overload_and_calls_for_scale_out_not_quantiz
     assert statuses(result)["speculative-decoding"] != "recommended", explain(result)
     assert d.detected_pitfalls == (), explain(result)  # KV-bound is not the "batch not growing" pitfall
     assert (d.headline_kind, d.headline_subject) == ("capacity", "scale-out"), explain(result)
+
+
+# --- failed requests are findings (issue 22) -----------------------------------------------------------
+REJECT_PROMPT_TOKENS = 600  # beyond the small server's max_model_len (512): vLLM answers HTTP 400
+SERVED_PROMPT_TOKENS = 100
+
+
+def _mixed_inputs(path: Path, n: int = 24) -> Path:
+    """An inputs.jsonl (what `run --active` records and `--replay` sends again): every third request
+    a 100-token prompt, the rest 600 tokens, 0.15 s apart. Token ids: exact lengths, no tokenizer."""
+    with path.open("w") as out:
+        for i in range(n):
+            tokens = SERVED_PROMPT_TOKENS if i % 3 == 0 else REJECT_PROMPT_TOKENS
+            body = {
+                "model": "tiny-llama",
+                "prompt": [100 + (7 * i + k) % 3000 for k in range(tokens)],
+                "max_tokens": 8,
+                "stream": True,
+                "ignore_eos": True,
+                "stream_options": {"include_usage": True},
+            }
+            line = {"request_id": f"mixed-{i}", "send": 1, "experiment": "load", "phase": "mixed"}
+            out.write(
+                json.dumps({**line, "t_offset_s": 0.15 * i, "method": "POST", "path": "/v1/completions", "body": body})
+            )
+            out.write("\n")
+    return path
+
+
+def test_a_server_that_rejects_most_of_a_replayed_workload_fails_run_gate_and_verify(
+    vllm_server, small_kv_server, tmp_path, capsys
+):
+    """The same 24 requests replayed on the default server (max_model_len 2048: all served) and on
+    one with max_model_len 512, which rejects the 16 long ones. Judged on what was served, the
+    second run looked faster (short prompts only) and passed the gate; judged on what was sent, it
+    failed two thirds of its requests: `run` exits 4, the gate fails, verify calls it harm."""
+    inputs = _mixed_inputs(tmp_path / "inputs.jsonl")
+    before, after = tmp_path / "before", tmp_path / "after"
+    flags = ["--active", "--replay", str(inputs), "--budget-requests", "40", "--budget-seconds", "12"]
+    flags += ["--duration", "4", "--interval", "0.5", "--quiet"]
+    assert main(["run", "--url", vllm_server.url, "--out", str(before), *flags]) == ExitCode.OK
+    capsys.readouterr()
+    assert main(["run", "--url", small_kv_server.url, "--out", str(after), *flags]) == ExitCode.PARTIAL
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and "failed most of the requests sent: 16 of 24 sent FAILED (67%" in err[-1], err
+    summary = (after / "summary.txt").read_text()
+    assert "Requests: 16 of 24 sent FAILED (67%; faults: 16 rejected)" in summary.splitlines()[2], summary
+    assert "Requests: 24 sent, none failed" in (before / "summary.txt").read_text()
+
+    code = main(["gate", "--baseline", str(before), "--current", str(after)])
+    out = capsys.readouterr().out
+    assert code == ExitCode.REGRESSION, out
+    failing = [line.split()[1] for line in out.splitlines() if line.startswith("  regression")]
+    assert "requests.failed_fraction" in failing and "requests.failed_fraction:ceiling" in failing, out
+
+    code = main(["verify", str(before), str(after)])
+    out = capsys.readouterr().out
+    assert code == ExitCode.REGRESSION, out
+    assert "HARM  requests.failed_fraction" in out, out

@@ -306,8 +306,9 @@ class ThreadedFake:
     """Serves /v1/models and a scripted /metrics on 127.0.0.1 from a thread. Fake because a real
     engine cannot be made to write the pages these tests need."""
 
-    def __init__(self, pages: list[bytes | str]) -> None:
+    def __init__(self, pages: list[bytes | str], model: str = "tiny-llama") -> None:
         self.pages = pages
+        self.model = model  # the id /v1/models lists
         self.served = 0
         self.port = 0
         self._loop = asyncio.new_event_loop()
@@ -324,7 +325,7 @@ class ThreadedFake:
 
         async def models(_: web.Request) -> web.Response:
             return web.json_response(
-                {"object": "list", "data": [{"id": "tiny-llama", "owned_by": "vllm", "max_model_len": 2048}]}
+                {"object": "list", "data": [{"id": self.model, "owned_by": "vllm", "max_model_len": 2048}]}
             )
 
         app = web.Application()

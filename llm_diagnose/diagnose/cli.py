@@ -21,6 +21,7 @@ import threading
 from collections.abc import Collection
 
 from llm_diagnose.diagnose.errors import DiagnoseError, ExitCode
+from llm_diagnose.diagnose.report.control_chars import escape_controls
 
 # The sub-commands, in the order of `llm-diagnose --help`, with the line it shows for each (the
 # same text as the `help=` of the command's own parser: tests/test_cli_decide.py holds them equal).
@@ -49,6 +50,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(
             ExitCode.USAGE, f"llm-diagnose: error: {message} (see 'llm-diagnose {self.prog.split()[-1]} --help')\n"
         )
+
+    def _get_values(self, action, arg_strings):
+        # `--duration=--`: Python 3.11's argparse drops the "--" and hands the command an empty
+        # list instead of a number, past the flag's type (issue 22: a TypeError in `run`).
+        if action.nargs is None and action.option_strings and arg_strings == ["--"]:
+            raise argparse.ArgumentError(action, "expected one argument, got '--'")
+        return super()._get_values(action, arg_strings)
 
 
 class _VersionAction(argparse.Action):
@@ -119,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except DiagnoseError as exc:
-        print(f"llm-diagnose: error: {exc}", file=sys.stderr)
+        print(f"llm-diagnose: error: {escape_controls(str(exc))}", file=sys.stderr)  # it may quote the server
         return exc.exit_code
     except OSError as exc:
         if exc.filename is None:  # not a file problem (those have a name): let it show

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.errors import TargetError, UsageError
 from llm_diagnose.diagnose.report import console
+from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.runfolder import DIAGNOSIS, EVIDENCE, METRICS, SUMMARY, UnsafePathError, write_atomic
 from llm_diagnose.diagnose.tree import diagnose
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
@@ -50,7 +50,17 @@ from llm_diagnose.probes.results import Result
 if TYPE_CHECKING:
     from llm_diagnose.probes.metrics.window import ScrapeRecord, Window
 
-__all__ = ["RunPlan", "RunResult", "run_target", "finish_run", "window_restarts", "evidence_from_scrapes"]
+__all__ = [
+    "RunPlan",
+    "RunResult",
+    "run_target",
+    "finish_run",
+    "window_restarts",
+    "gpu_selection_line",
+    "busy_at_start_line",
+    "evidence_from_scrapes",
+    "read_scrapes",
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,7 @@ class RunPlan:
     block_size: int | None = None
     kv_capacity_tokens: int | None = None
     slo: SLO = field(default_factory=SLO)  # the service-level objectives the diagnosis is judged against
+    gpus: tuple[int | str, ...] | None = None  # the server's GPUs (--gpus: indices or UUIDs); None: chosen by NVML
 
 
 @dataclass(frozen=True)
@@ -80,23 +91,9 @@ class RunResult:
 
 def window_restarts(window: Window) -> tuple[float, ...]:
     """The unix times of the pages at which the server had restarted since the page before:
-    a counter series went down, or its `_created` timestamp changed."""
-    ok = window.ok_records
-    out = []
-    for a, b in zip(ok, ok[1:]):
-        assert a.scrape is not None and b.scrape is not None
-        before, after = a.scrape, b.scrape
-        restarted = any(before.created.get(key, t) != t for key, t in after.created.items())
-        for name, kind in after.types.items():
-            if restarted:
-                break
-            if kind != "counter":
-                continue
-            prev = {s.labels: s.value for s in before.samples.get(name, ())}
-            restarted = any(s.value < prev.get(s.labels, -math.inf) for s in after.samples.get(name, ()))
-        if restarted:
-            out.append(b.t_wall)
-    return tuple(out)
+    a counter series went down, or its `_created` timestamp changed (found as the pages arrived:
+    Window.restarts)."""
+    return window.restarts
 
 
 def _restart_line(restarts: tuple[float, ...]) -> str:
@@ -112,21 +109,31 @@ def _restart_line(restarts: tuple[float, ...]) -> str:
     )
 
 
-def evidence_from_scrapes(run_dir: Path) -> Evidence:
-    """Evidence rebuilt from a run folder's metrics.jsonl alone: what an interrupted run (Ctrl-C,
-    a killed process) leaves behind. Passive evidence only; the window is marked incomplete."""
-    from llm_diagnose.probes.metrics.passive import passive_evidence
+def read_scrapes(run_dir: Path) -> Window:
+    """The scrapes in a run folder's metrics.jsonl; UsageError (one line) where it cannot be read."""
     from llm_diagnose.probes.metrics.window import Window
 
     path = Path(run_dir) / METRICS
     try:
-        window = Window.from_jsonl(path)
+        return Window.from_jsonl(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def evidence_from_scrapes(run_dir: Path, window: Window | None = None) -> Evidence:
+    """Evidence rebuilt from a run folder's metrics.jsonl alone: what an interrupted run (Ctrl-C,
+    a killed process) leaves behind. Passive evidence only; the window is marked incomplete.
+    `window`: those scrapes, where the caller has read them already (`read_scrapes`)."""
+    from llm_diagnose.probes.metrics.passive import passive_evidence
+
+    path = Path(run_dir) / METRICS
+    if window is None:
+        window = read_scrapes(run_dir)
     if not window.ok_records:
         raise UsageError(f"{path} holds no readable scrape ({window.describe()}): nothing to diagnose")
+    skipped = f" ({len(window.notes)} unreadable line(s) of it skipped)" if window.notes else ""
     window = dataclasses.replace(
-        window, stopped_early=f"the run did not finish (no {EVIDENCE}): evidence rebuilt from {METRICS}"
+        window, stopped_early=f"the run did not finish (no {EVIDENCE}): evidence rebuilt from {METRICS}{skipped}"
     )
     return Evidence(Target(url=window.source, label=Path(run_dir).name), passive_evidence(window))
 
@@ -150,6 +157,7 @@ async def _collect(
             run_dir=plan.out_dir,
             on_sample=on_sample,
             session=session,
+            min_coverage=plan.thresholds["evidence.min_window_coverage"],
         )
         if active is None:
             window: Window = await scrape
@@ -159,14 +167,49 @@ async def _collect(
     items: dict[str, Result] = dict(found.facts)
     items.update(passive_evidence(window, found))
     items.update(torch_probe_evidence(window))  # {} unless the page is the PyTorch probe's side port
-    items.update(nvml.memory_evidence(engine=items))
+    items.update(nvml.memory_evidence(engine=items, gpus=plan.gpus, server_pids=_server_pids(base, plan.gpus)))
     items.update(active_items)
     items.update(
         trace_items_for(
             items, plan.trace, plan.trace_format, block_size=plan.block_size, kv_capacity_tokens=plan.kv_capacity_tokens
         )
     )
-    return items, window.stopped_early or "", window_restarts(window)
+    return items, window.incomplete or "", window_restarts(window)
+
+
+def _server_pids(base_url: str, gpus: tuple[int | str, ...] | None) -> frozenset[int]:
+    """The server's processes where this host shows them (its port's listeners and their children),
+    to pick its GPUs from NVML's process lists; none needed when --gpus names them."""
+    if gpus:
+        return frozenset()
+    from llm_diagnose.probes.load.health import TargetHost
+
+    return TargetHost.of(base_url).server_pids()
+
+
+def gpu_selection_line(items: Mapping[str, Result]) -> str:
+    """A line for the summary where GPU memory was read on every GPU of a node of several (no
+    process visible to tell the server's), so its figures may be other tenants'; "" otherwise."""
+    from llm_diagnose.probes.results import Fact
+
+    selection = items.get(Q.GPU_SELECTION)
+    if not isinstance(selection, Fact) or selection.value != "node":
+        return ""
+    return f"GPU MEMORY READ ON {selection.note}"
+
+
+def busy_at_start_line(items: Mapping[str, Result]) -> str:
+    """A line for the summary where the server was already serving others before the run sent
+    anything; "" otherwise."""
+    from llm_diagnose.probes.results import Measurement
+
+    load = items.get(Q.SERVER_REQUESTS_AT_START)
+    if not isinstance(load, Measurement) or load.value <= 0:
+        return ""
+    return (
+        f"SERVER ALREADY BUSY AT START: {load.value:.0f} request(s) of other clients were in flight before the run "
+        f"sent anything ({load.note}); every active figure is shared with them"
+    )
 
 
 def trace_items_for(
@@ -215,11 +258,14 @@ def finish_run(
     write_atomic(plan.out_dir / EVIDENCE, evidence.to_json())
     write_atomic(plan.out_dir / DIAGNOSIS, diagnosis.to_json())
     summary = console.render(diagnosis, evidence)
+    for line in (gpu_selection_line(evidence.items), busy_at_start_line(evidence.items)):
+        if line:
+            summary = line + "\n\n" + summary
     if restarts:
         summary = _restart_line(restarts) + "\n\n" + summary
     if partial:
         summary = f"PARTIAL RUN: {partial}\n\n" + summary
-    write_atomic(plan.out_dir / SUMMARY, summary)
+    write_atomic(plan.out_dir / SUMMARY, escape_controls(summary))  # the partial reason may quote the server
     return RunResult(evidence, diagnosis, plan.out_dir, partial, restarts)
 
 

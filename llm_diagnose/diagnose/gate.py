@@ -63,6 +63,7 @@ from llm_diagnose.diagnose.gate_result import VERDICTS, GateResult, Outcome, Run
 from llm_diagnose.diagnose.gate_rules import (
     REQUEST_DECODE_TOKENS,
     REQUEST_E2E_P50,
+    REQUEST_FAILED_FRACTION,
     REQUEST_TPOT_P50,
     REQUEST_TTFT_P50,
     REQUEST_TTFT_P99,
@@ -76,6 +77,7 @@ from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, QUESTIONS, TECHNIQUE_
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.client_server import SideBySide, others_counted
+from llm_diagnose.probes.load.failures import tally_failures
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance
 from llm_diagnose.probes.stats import ORDER_STATISTIC_ABOVE, bootstrap_comparison, comparison_of
 
@@ -91,6 +93,8 @@ __all__ = [
     "compare",
     "compare_metric",
     "compare_diagnoses",
+    "failure_ceiling",
+    "FAILURE_CEILING",
     "bootstrap_change",
     "Statistic",
     "statistic_of",
@@ -113,10 +117,15 @@ def request_measurements(records: Sequence[RequestRecord] | None, source: str) -
 
     `requests.ttft_p50_s` and `requests.ttft_p99_s` (time to first token as the client saw it),
     `requests.tpot_p50_s` (a request's mean time per output token after its first) and
-    `requests.e2e_p50_s`. Nothing without records (a passive run has no requests.jsonl).
+    `requests.e2e_p50_s`; and `requests.failed_fraction`, the share of the requests sent that
+    the server failed (one 0/1 sample per request: what was sent, not what was served). Nothing
+    without records (a passive run has no requests.jsonl).
     """
     if not records:
         return {}
+    prov = Provenance("client-per-request", source)
+    tally = tally_failures(records)
+    failures = Measurement(tally.fraction, "fraction", prov, samples=tally.outcomes, note=tally.describe())
     ttft: list[float] = []
     tpot: list[float] = []
     e2e: list[float] = []
@@ -133,8 +142,7 @@ def request_measurements(records: Sequence[RequestRecord] | None, source: str) -
     series = {REQUEST_TTFT_P50: ttft, REQUEST_TTFT_P99: ttft, REQUEST_TPOT_P50: tpot, REQUEST_E2E_P50: e2e}
     # A record edited or damaged into a non-finite time is no sample (unreadable lines were skipped, and counted).
     series = {key: [v for v in values if math.isfinite(v)] for key, values in series.items()}
-    prov = Provenance("client-per-request", source)
-    out = {}
+    out = {REQUEST_FAILED_FRACTION: failures}
     for key, values in series.items():
         if values:
             out[key] = Measurement(
@@ -144,7 +152,7 @@ def request_measurements(records: Sequence[RequestRecord] | None, source: str) -
                 samples=tuple(values),
                 note=f"{len(values)} completed requests, timed by the load driver",
             )
-    if out:
+    if len(out) > 1:  # a latency besides the failures: some request completed
         out[REQUEST_DECODE_TOKENS] = Measurement(
             float(decode_tokens), "tokens", prov, note="output tokens after each completed request's first"
         )
@@ -468,6 +476,41 @@ def _judge_metric(rule: MetricRule, base_ev: Evidence, cur_ev: Evidence, rules: 
     )
 
 
+# --- failed requests --------------------------------------------------------------------------------
+FAILURE_CEILING = "requests.failed_fraction:ceiling"  # the outcome of the current run's own failures
+
+
+def failure_ceiling(base_ev: Evidence, cur_ev: Evidence, rules: GateRules) -> Outcome | None:
+    """The current run's share of failed requests against `[gate] max_failed_fraction`.
+
+    A regression where it is above the ceiling, whatever the baseline did: a server that fails
+    its requests fails the gate even where it failed them before (the comparison rule of the same
+    key says whether it got worse). None where the current run sent no request (a passive run).
+    """
+    cur = cur_ev.measurement(REQUEST_FAILED_FRACTION)
+    if cur is None:
+        return None
+    ceiling = rules.settings.max_failed_fraction
+    base = base_ev.measurement(REQUEST_FAILED_FRACTION)
+    common: _Compared = {
+        "name": FAILURE_CEILING,
+        "kind": "metric",
+        "baseline": "not sent" if base is None else format_value(base.value, "fraction"),
+        "current": format_value(cur.value, "fraction"),
+        "tolerance": f"at most {ceiling:.0%} of the requests sent",
+    }
+    if cur.value <= ceiling:
+        return Outcome(verdict="pass", detail=f"{cur.note}: within the ceiling", **common)
+    before = "" if base is None else f" (the baseline: {base.note})"
+    return Outcome(
+        verdict="regression",
+        detail=f"{cur.note}, above the ceiling of {ceiling:.0%}{before}: the server failed what it was sent, "
+        "and the latencies above cover only the requests it answered; see the run's requests.jsonl (fault, "
+        "fault_detail) and the server's log",
+        **common,
+    )
+
+
 # --- diagnosis rules ------------------------------------------------------------------------------
 _AS_VERDICT: dict[str, Verdict] = {
     "regression": "regression",
@@ -581,6 +624,9 @@ def compare(
                 "rerun them (llm-diagnose run; --active adds per-request latencies)",
             )
         )
+    ceiling = failure_ceiling(baseline.evidence, current.evidence, rules)
+    if ceiling is not None:
+        outcomes.append(ceiling)
     outcomes += compare_diagnoses(baseline.diagnosis, current.diagnosis, rules)
     skipped = tuple(
         f"{side}: {line}" for side, run in (("baseline", baseline), ("current", current)) for line in run.skipped_lines

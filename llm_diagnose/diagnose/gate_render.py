@@ -2,7 +2,8 @@
 
 Pure functions of a `GateResult` (llm_diagnose.diagnose.gate_result); the Markdown summary for a
 pull-request comment is `llm_diagnose.diagnose.report.markdown.render_gate`, beside the
-Markdown escaping it shares with the reports.
+Markdown escaping it shares with the reports. The terminal summary goes through
+`control_chars.escape_controls`: run labels and rule details can carry terminal escapes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
 from llm_diagnose.diagnose.gate_result import GateResult
+from llm_diagnose.diagnose.report.control_chars import CONTROLS, escape_controls
 
 __all__ = ["render_text", "render_junit", "render_json", "xml_safe"]
 
@@ -41,7 +43,7 @@ def render_text(result: GateResult, *, verbose: bool = False) -> str:
     out.extend(f"skipped lines: {s}" for s in result.skipped_lines)
     out.extend(result.notes)
     out.append(result.method_note())
-    return "\n".join(out) + "\n"
+    return escape_controls("\n".join(out) + "\n")
 
 
 def render_json(result: GateResult) -> str:
@@ -49,12 +51,14 @@ def render_json(result: GateResult) -> str:
     return json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n"
 
 
-_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+_XML_NONCHARACTERS = re.compile("[\ufffe\uffff]")
 
 
 def xml_safe(s: str) -> str:
-    """XML 1.0 cannot carry control characters even escaped: drop them (ElementTree escapes the rest)."""
-    return _XML_INVALID.sub("", s)
+    """XML 1.0 cannot carry C0 control characters even escaped: drop them, and the controls it does
+    allow but a terminal obeys (CR, DEL, C1, bidi: control_chars.CONTROLS), since CI logs print this
+    file. ElementTree escapes the rest."""
+    return _XML_NONCHARACTERS.sub("", CONTROLS.sub("", s))
 
 
 def render_junit(result: GateResult, *, timestamp: str | None = None, hostname: str | None = None) -> str:

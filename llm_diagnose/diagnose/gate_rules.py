@@ -12,6 +12,7 @@ FILE`) overrides any of them; every field is optional:
     min_samples = 8       # fewer raw samples than this in either run: inconclusive
     tolerance = 0.10      # relative tolerance of metric rules that set none (medians, means, rates)
     tail_tolerance = 0.20 # the same for tail quantiles (keys naming p90, p99, ...): tails are noisier
+    max_failed_fraction = 0.05  # the current run failing more of the requests it sent is a regression
     severity = "regression"  # what a metric's regression is: "warning" reports it without failing
     only_listed = false   # true: compare only the metrics listed in this file
 
@@ -46,6 +47,7 @@ improvement or an inconclusive comparison stays what it is.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -62,6 +64,8 @@ __all__ = [
     "REQUEST_TTFT_P99",
     "REQUEST_TPOT_P50",
     "REQUEST_E2E_P50",
+    "REQUEST_FAILED_FRACTION",
+    "MAX_FAILED_FRACTION",
     "REQUEST_DECODE_TOKENS",
     "GateRulesError",
     "MetricRule",
@@ -82,10 +86,16 @@ REQUEST_TTFT_P50 = "requests.ttft_p50_s"
 REQUEST_TTFT_P99 = "requests.ttft_p99_s"
 REQUEST_TPOT_P50 = "requests.tpot_p50_s"
 REQUEST_E2E_P50 = "requests.e2e_p50_s"
+# The share of the requests the run sent that the server failed (llm_diagnose.probes.load.failures):
+# one 0/1 sample per request sent, so two runs compare by the bootstrap of the mean like any other.
+REQUEST_FAILED_FRACTION = "requests.failed_fraction"
 # Not a gated metric: how many inter-token intervals the engine's ITL histogram should hold for
 # the client's requests (each one's output tokens after its first), for the cross-check.
 REQUEST_DECODE_TOKENS = "requests.decode_tokens"
 SEVERITIES = ("regression", "inconclusive", "warning", "ignore")
+# More bootstrap resamples than this buy no precision (the interval's ends move by well under a
+# percent past 10,000) and cost minutes per rule.
+MAX_RESAMPLES = 1_000_000
 _STATISTIC = re.compile(r"^(median|mean|p\d{1,2}(\.\d+)?)$")
 _QUANTILE_IN_KEY = re.compile(r"_p(\d{1,2}(?:\.\d+)?)(?:_|$)")
 
@@ -144,7 +154,17 @@ def _m(key: str, better: Better, tolerance: float | None = None, tolerance_abs: 
 # Relative rules take the [gate] tolerance (tails: tail_tolerance). Fractions get absolute
 # ones (a hit rate going from 2% to 3% is +50% relative and means nothing); so does queueing
 # time, which is 0 on an idle server.
+# A failed request is no latency sample: a server that answers fast by failing half its requests
+# must not pass. Failures are compared between the runs (2 points of the requests sent, absolute:
+# one failure in 40 is within a run's noise, ten are not), and `GateSettings.max_failed_fraction`
+# caps the current run's share whatever the baseline did.
+REQUEST_FAILED_RULE = MetricRule(REQUEST_FAILED_FRACTION, "lower", tolerance_abs=0.02, statistic="mean")
+# The default ceiling of the share of requests a current run may lose: a healthy server fails none,
+# and a gate that passes a server losing one request in twenty protects nobody.
+MAX_FAILED_FRACTION = 0.05
+
 DEFAULT_METRICS: tuple[MetricRule, ...] = (
+    REQUEST_FAILED_RULE,
     _m(REQUEST_TTFT_P50, "lower"),
     _m(REQUEST_TTFT_P99, "lower"),
     _m(REQUEST_TPOT_P50, "lower"),
@@ -185,6 +205,9 @@ class GateSettings:
     tolerance: float = 0.10
     tail_tolerance: float = 0.20
     severity: str = "regression"
+    # The current run's share of failed requests above which the gate fails, whatever the baseline
+    # did (1 turns the ceiling off; the comparison with the baseline still applies).
+    max_failed_fraction: float = MAX_FAILED_FRACTION
 
 
 @dataclass(frozen=True)
@@ -196,12 +219,26 @@ class GateRules:
 
 
 # --- reading a rules file ---------------------------------------------------------------------
+def _shown(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:g}"
+
+
 def _number(where: str, value: object, *, low: float, high: float | None = None, integer: bool = False) -> float:
+    """A field's number, checked for type, finiteness and range; the error names the field.
+
+    NaN is refused first: it compares false with every bound, so `tolerance = nan` would pass
+    the range check and then make every comparison with it false (issue 22: a +97% regression
+    read as inconclusive).
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
         raise GateRulesError(f"{where} must be {'an integer' if integer else 'a number'}, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
-        raise GateRulesError(f"{where} must be {bound}, got {value!r}")
+    if not math.isfinite(value):
+        raise GateRulesError(f"{where} must be a finite number, got {value!r}")
+    if value < low:
+        most = "" if high is None else f" (and at most {_shown(high)})"
+        raise GateRulesError(f"{where} must be at least {low:g}{most}, got {value!r}")
+    if high is not None and value > high:
+        raise GateRulesError(f"{where} must be between {low:g} and {_shown(high)}, got {value!r}")
     return value
 
 
@@ -221,12 +258,26 @@ def _settings(src: str, table: Mapping) -> tuple[GateSettings, bool]:
     _check_keys(
         f"{src} [gate]",
         table,
-        ("confidence", "resamples", "seed", "min_samples", "tolerance", "tail_tolerance", "severity", "only_listed"),
+        (
+            "confidence",
+            "resamples",
+            "seed",
+            "min_samples",
+            "tolerance",
+            "tail_tolerance",
+            "severity",
+            "max_failed_fraction",
+            "only_listed",
+        ),
     )
     s = GateSettings()
     settings = GateSettings(
         confidence=_number(f"{src} gate.confidence", table.get("confidence", s.confidence), low=0.5, high=0.999),
-        resamples=int(_number(f"{src} gate.resamples", table.get("resamples", s.resamples), low=100, integer=True)),
+        resamples=int(
+            _number(
+                f"{src} gate.resamples", table.get("resamples", s.resamples), low=100, high=MAX_RESAMPLES, integer=True
+            )
+        ),
         seed=int(_number(f"{src} gate.seed", table.get("seed", s.seed), low=0, integer=True)),
         min_samples=int(
             _number(f"{src} gate.min_samples", table.get("min_samples", s.min_samples), low=2, integer=True)
@@ -234,6 +285,9 @@ def _settings(src: str, table: Mapping) -> tuple[GateSettings, bool]:
         tolerance=_number(f"{src} gate.tolerance", table.get("tolerance", s.tolerance), low=0),
         tail_tolerance=_number(f"{src} gate.tail_tolerance", table.get("tail_tolerance", s.tail_tolerance), low=0),
         severity=_severity(f"{src} gate.severity", table.get("severity", s.severity)),
+        max_failed_fraction=_number(
+            f"{src} gate.max_failed_fraction", table.get("max_failed_fraction", s.max_failed_fraction), low=0, high=1
+        ),
     )
     only = table.get("only_listed", False)
     if not isinstance(only, bool):

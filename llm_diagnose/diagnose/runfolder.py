@@ -7,9 +7,12 @@ loads the evidence, the diagnosis as written, the request records (`requests.jso
 experiment events (`events.jsonl`) and the capacity plan (`capacity-plan.json`), each once.
 Reports and the gate are functions of the loaded folder and open no file themselves.
 
-- A line of a JSON-lines file that cannot be read (cut short by a kill mid-write, spoilt by bytes
-  that are not UTF-8, nested too deeply, not a JSON object) is skipped and *counted*; the counts
-  (`RunFolder.lines`) are shown by the reports and the gate, so a sample that quietly shrank says so.
+- Every file is read as a plain file, never through a link (llm_diagnose.probes.runfiles): a
+  link (to /dev/zero, say), a FIFO or a device at one of its names is refused, RunFolderError.
+- A line of a JSON-lines file that cannot be read (cut short by a kill mid-write, longer than
+  MAX_LINE_BYTES, holding a byte that is not UTF-8 in a key or a value alike, nested too deeply,
+  not a JSON object) is skipped and *counted*; the counts (`RunFolder.lines`) are shown by the
+  reports and the gate, so a sample that quietly shrank says so.
 - A file of another schema (an evidence or diagnosis file of another schema or version; a
   `requests.jsonl` or `events.jsonl` line that is JSON but not a record of this version) is
   refused: `RunFolderError`, a one-line UsageError (exit 2) naming the file and the line.
@@ -33,7 +36,16 @@ from llm_diagnose.diagnose.tree.evidence import SCHEMA as EVIDENCE_SCHEMA
 from llm_diagnose.diagnose.tree.evidence import Evidence, EvidenceError, parse_json_document
 
 # write_atomic: a whole file at once (temporary file created exclusively, then renamed); links refused
-from llm_diagnose.probes.runfiles import UnsafePathError, open_append, refuse_link, write_atomic
+from llm_diagnose.probes import runfiles
+from llm_diagnose.probes.runfiles import (
+    MAX_LINE_BYTES,
+    UnsafePathError,
+    open_append,
+    read_document,
+    read_json_lines,
+    refuse_link,
+    write_atomic,
+)
 
 # The file names are defined once, where the probes that append to some of them can import them too.
 from llm_diagnose.probes.runfolder_names import (
@@ -69,6 +81,7 @@ __all__ = [
     "prepare_out_dir",
     "check_out_file",
     "UnsafePathError",
+    "read_document",
 ]
 
 RUN_FILES = (METRICS, REQUESTS, EVENTS, INPUTS, EVIDENCE, DIAGNOSIS, SUMMARY)
@@ -86,49 +99,58 @@ class LinesRead:
 
     name: str  # the file's name in the run folder
     kept: int
-    skipped: int  # cut short by a kill, not UTF-8, nested too deeply, or not a JSON object
+    skipped: int  # cut short by a kill, too long, not UTF-8, nested too deeply, or not a JSON object
+    too_long: int = 0  # of the skipped: longer than `max_line_bytes`, read past unread
+    max_line_bytes: int = MAX_LINE_BYTES
 
     def describe(self) -> str:
-        return f"{self.skipped} unreadable line(s) of {self.name} skipped ({self.kept} read)"
+        why = f"; {self.too_long} longer than the {_size(self.max_line_bytes)} line limit" if self.too_long else ""
+        return f"{self.skipped} unreadable line(s) of {self.name} skipped ({self.kept} read{why})"
 
 
-def _read_json_lines(path: Path, parse: Callable[[str], _T | None], what: str) -> tuple[tuple[_T, ...], LinesRead]:
-    """Every line of `path` through `parse` (None: unreadable, skipped and counted).
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n:,} bytes"
 
-    `parse` raises ValueError (RecordSchemaError, say) for a line that is JSON but of another schema:
-    the whole file is refused, naming the line.
+
+def _unreadable(path: Path, exc: OSError) -> RunFolderError:
+    """A file of the folder that cannot be opened or read: a link or special file refused, a read error."""
+    if isinstance(exc, UnsafePathError):
+        return RunFolderError(str(exc))
+    return RunFolderError(f"{path}: cannot read it ({exc.strerror or exc})")
+
+
+def _read_json_lines(
+    path: Path, parse: Callable[[Mapping], _T], what: str, max_line_bytes: int | None = None
+) -> tuple[tuple[_T, ...], LinesRead]:
+    """Every line of `path` through `parse`; lines that cannot be read are skipped and counted
+    (llm_diagnose.probes.runfiles.read_json_lines says which those are).
+
+    `parse` raises ValueError (RecordSchemaError, say) for a line that is a JSON object of another
+    schema: the whole file is refused, naming the line.
     """
+    limit = runfiles.MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes  # as it is now
     kept: list[_T] = []
-    skipped = 0
+    skipped = too_long = 0
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:  # a stray byte spoils its line, not the file
-            for number, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    item = parse(line)
-                except ValueError as exc:
-                    raise RunFolderError(
-                        f"{path}: line {number} is not {what} this version reads ({exc}): written by another "
-                        "version of llm-diagnose or another tool? Rerun with this version, or move the file aside"
-                    ) from None
-                if item is None:
-                    skipped += 1
-                else:
-                    kept.append(item)
+        for line in read_json_lines(path, limit):
+            if line.obj is None:
+                skipped += 1
+                too_long += line.too_long
+                continue
+            try:
+                kept.append(parse(line.obj))
+            except ValueError as exc:
+                raise RunFolderError(
+                    f"{path}: line {line.number} is not {what} this version reads ({exc}): written by another "
+                    "version of llm-diagnose or another tool? Rerun with this version, or move the file aside"
+                ) from None
     except OSError as exc:
-        raise RunFolderError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    return tuple(kept), LinesRead(path.name, len(kept), skipped)
+        raise _unreadable(path, exc) from None
+    return tuple(kept), LinesRead(path.name, len(kept), skipped, too_long, limit)
 
 
-def _parse_event(line: str) -> Mapping[str, object] | None:
+def _parse_event(obj: Mapping) -> Mapping[str, object]:
     """An events.jsonl line: {"event": NAME, "t": perf_counter seconds, ...} (JsonlWriter.event)."""
-    try:
-        obj = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(obj, dict):
-        return None
     if not isinstance(obj.get("event"), str):
         raise ValueError(f"field 'event' is {obj.get('event')!r}, expected the event's name")
     t = obj.get("t")
@@ -139,8 +161,10 @@ def _parse_event(line: str) -> Mapping[str, object] | None:
 
 def _read_document(path: Path) -> dict:
     try:
-        data = parse_json_document(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        data = parse_json_document(read_document(path))
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    except UnicodeDecodeError as exc:
         raise RunFolderError(f"{path}: cannot read it ({exc})") from None
     except EvidenceError as exc:
         raise RunFolderError(f"{path}: {exc}") from None
@@ -167,12 +191,12 @@ def _read_diagnosis(path: Path) -> Diagnosis:
 
 
 def _read_plan(path: Path) -> Mapping | None:
-    """The capacity plan, or None (unreadable: a report still renders without it)."""
+    """The capacity plan, or None (unreadable, a link or not a plain file: a report still renders without it)."""
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = json.loads(read_document(path))
+    except (OSError, ValueError, RecursionError):  # ValueError covers UnicodeDecodeError
         return None
     return data if isinstance(data, dict) and isinstance(data.get("scenarios"), list) else None
 
@@ -234,24 +258,26 @@ class RunFolder:
         ev_path = evidence_path or folder / EVIDENCE
         dg_path = diagnosis_path or folder / DIAGNOSIS
         evidence, note, from_scrapes = None, "", False
-        if ev_path.exists():
-            evidence = _read_evidence(ev_path)
-        elif not dg_path.exists():
-            if not (folder / METRICS).exists():
-                raise RunFolderError(f"{folder} holds neither {EVIDENCE} nor {DIAGNOSIS}: is it a run folder?")
-            from llm_diagnose.diagnose.collect import evidence_from_scrapes  # collect imports this module
-
-            evidence, from_scrapes = evidence_from_scrapes(folder), True
-            note = f"no {EVIDENCE} in {folder} (an interrupted run?): diagnosed from the scrapes in {folder / METRICS}"
-        diagnosis = _read_diagnosis(dg_path) if dg_path.exists() else None
-        events: tuple[Mapping[str, object], ...] = ()
         requests, lines = None, []
-        if (folder / REQUESTS).exists():
-            from llm_diagnose.probes.load.records import parse_record_line  # see TYPE_CHECKING above
+        if _present(ev_path):
+            evidence = _read_evidence(ev_path)
+        elif not _present(dg_path):
+            if not _present(folder / METRICS):
+                raise RunFolderError(f"{folder} holds neither {EVIDENCE} nor {DIAGNOSIS}: is it a run folder?")
+            from llm_diagnose.diagnose.collect import evidence_from_scrapes, read_scrapes  # collect imports this
 
-            requests, read = _read_json_lines(folder / REQUESTS, parse_record_line, "a request record")
+            scrapes = read_scrapes(folder)
+            evidence, from_scrapes = evidence_from_scrapes(folder, scrapes), True
+            lines.append(LinesRead(METRICS, len(scrapes.records), len(scrapes.notes)))
+            note = f"no {EVIDENCE} in {folder} (an interrupted run?): diagnosed from the scrapes in {folder / METRICS}"
+        diagnosis = _read_diagnosis(dg_path) if _present(dg_path) else None
+        events: tuple[Mapping[str, object], ...] = ()
+        if _present(folder / REQUESTS):
+            from llm_diagnose.probes.load.records import record_from_object  # see TYPE_CHECKING above
+
+            requests, read = _read_json_lines(folder / REQUESTS, record_from_object, "a request record")
             lines.append(read)
-        if (folder / EVENTS).exists():
+        if _present(folder / EVENTS):
             events, read = _read_json_lines(folder / EVENTS, _parse_event, "an experiment event")
             lines.append(read)
         return cls(
@@ -287,6 +313,11 @@ class RunFolder:
         return [t for e in self.events if "prefill" in str(e["event"]) and (t := _finite(e["t"])) is not None]
 
 
+def _present(path: Path) -> bool:
+    """Something is at the name, a dangling link included (refused when read, not taken for absent)."""
+    return os.path.lexists(path)
+
+
 def _finite(v: object) -> float | None:
     """A number as a finite float, or None (infinite, NaN, or an integer beyond a float)."""
     if not isinstance(v, (int, float, str)):  # the JSON values float() takes
@@ -308,9 +339,14 @@ def out_path(text: str) -> Path:
 def prepare_out_dir(path: Path, flag: str = "--out", files: tuple[str, ...] = RUN_FILES) -> Path:
     """Make sure the output folder exists and can be written, before any work (or traffic) starts.
 
-    Raises UsageError (exit 2, one line) for an existing file, a folder that cannot be created or
+    Raises UsageError (exit 2, one line) for an existing file, a symbolic link (to a folder or
+    anything else: the files are never written through a link), a folder that cannot be created or
     written, or a symbolic link at one of the names the command will write in it.
     """
+    if path.is_symlink():
+        raise UsageError(
+            f"{flag} {path} is a symbolic link: give the folder itself (a run's files are never written through a link)"
+        )
     if path.exists() and not path.is_dir():
         raise UsageError(f"{flag} {path} is an existing file: give a folder (new or existing) to write into")
     try:

@@ -20,6 +20,7 @@ import aiohttp
 
 from llm_diagnose.probes.http import (
     HTTPStatusError,
+    JSONOutOfBounds,
     MalformedMetrics,
     MetricsUnavailable,
     NotAnLLMServer,
@@ -44,6 +45,7 @@ from llm_diagnose.probes.quantities import (
     KV_CACHE_DTYPE,
     KV_OFFLOAD,
     MAX_MODEL_LEN,
+    MAX_NUM_BATCHED_TOKENS,
     MAX_NUM_SEQS,
     PD_DISAGGREGATION,
     PREFIX_CACHING,
@@ -57,6 +59,8 @@ __all__ = ["Discovered", "discover", "DEFAULT_METRICS_PATH"]
 
 DEFAULT_METRICS_PATH = "/metrics"
 _TRTLLM_PROMETHEUS_PATH = "/prometheus/metrics"  # trtllm-serve: /metrics is JSON iteration stats
+# A context length past this is not one (the longest served today are ~10 M tokens): not read.
+_MAX_MODEL_LEN = 1 << 40
 _QUANTIZED_NAME_MARKERS = ("awq", "gptq", "fp8", "int8", "int4", "w4a16", "w8a8", "nvfp4", "gguf", "bnb", "mxfp4")
 
 
@@ -112,7 +116,9 @@ async def _try_json(
     endpoints: dict[str, str],
     refused: dict[str, RedirectRefused] | None = None,
 ) -> Any | None:
-    """GET JSON, recording the outcome; None for 404/405/non-JSON (the endpoint is not there).
+    """GET JSON, recording the outcome; None for 404/405/non-JSON (the endpoint is not there), and
+    for an answer past the bounds of llm_diagnose.probes.http (larger than MAX_JSON_BYTES, nested
+    too deeply, a number that is not finite): what it says is not read.
 
     A redirect off the origin (or a loop) is not followed (llm_diagnose/probes/http.py): the endpoint counts
     as not there, and the refusal is kept in `refused` for the error if nothing else answers.
@@ -129,6 +135,12 @@ async def _try_json(
         if exc.status in (401, 403):
             raise
         endpoints[path] = str(exc.status)
+        return None
+    except ResponseTooLarge as exc:
+        endpoints[path] = f"too large (over {exc.limit:,} bytes)"
+        return None
+    except JSONOutOfBounds as exc:
+        endpoints[path] = f"unusable JSON ({exc.reason})"
         return None
     except NotAnLLMServer:
         endpoints[path] = "not JSON"
@@ -230,7 +242,11 @@ async def _discover(
 
     model = first.get("id") if isinstance(first.get("id"), str) else None
     max_len = first.get("max_model_len")
-    max_model_len = int(max_len) if isinstance(max_len, (int, float)) and not isinstance(max_len, bool) else None
+    max_model_len = (
+        int(max_len)
+        if isinstance(max_len, (int, float)) and not isinstance(max_len, bool) and 1 <= max_len <= _MAX_MODEL_LEN
+        else None
+    )
     facts = _facts(base, engine, version, guess, first, model_entries, max_model_len, server_args, endpoints)
     return Discovered(
         base_url=shown,
@@ -359,6 +375,8 @@ def _sglang_facts(shown: str, args: Mapping[str, Any]) -> dict[str, Result]:
     chunk = args.get("chunked_prefill_size")
     if isinstance(chunk, int):
         put(CHUNKED_PREFILL, chunk > 0, f"chunked_prefill_size={chunk}")
+        if chunk > 0:  # the prefill tokens one step takes: the active experiments size prompts against it
+            put(MAX_NUM_BATCHED_TOKENS, chunk, "server argument chunked_prefill_size")
     if "disable_radix_cache" in args:
         put(PREFIX_CACHING, not bool(args["disable_radix_cache"]), f"disable_radix_cache={args['disable_radix_cache']}")
     if isinstance(args.get("quantization"), str):
@@ -408,6 +426,7 @@ def _vllm_dev_facts(shown: str, doc: Mapping[str, Any]) -> dict[str, Result]:
         lookups = {
             TENSOR_PARALLEL: ("parallel_config", "tensor_parallel_size"),
             MAX_NUM_SEQS: ("scheduler_config", "max_num_seqs"),
+            MAX_NUM_BATCHED_TOKENS: ("scheduler_config", "max_num_batched_tokens"),
             CHUNKED_PREFILL: ("scheduler_config", "enable_chunked_prefill"),
             WEIGHT_QUANTIZATION: ("model_config", "quantization"),
             PREFIX_CACHING: ("cache_config", "enable_prefix_caching"),

@@ -11,14 +11,16 @@ header that leaves this module for text goes through `redact_url` / `redact_head
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urljoin, urlsplit, urlunsplit
 
 import aiohttp
+
+from llm_diagnose.probes.bounded_json import JSONBoundsError, loads_bounded
 
 __all__ = [
     "API_KEY_ENV_VARS",
@@ -32,6 +34,8 @@ __all__ = [
     "MalformedMetrics",
     "RedirectRefused",
     "ResponseTooLarge",
+    "NotJSON",
+    "JSONOutOfBounds",
     "HttpText",
     "MAX_REDIRECTS",
     "same_origin",
@@ -44,6 +48,8 @@ __all__ = [
     "get_text",
     "get_json",
     "post_json",
+    "decode_json",
+    "MAX_JSON_BYTES",
     "response_error_text",
 ]
 
@@ -57,13 +63,29 @@ DEFAULT_CONNECTION_LIMIT = 16  # the scraper needs 1; the load driver raises it 
 # opened together 5 s before, which then read as a server that stopped answering.
 KEEPALIVE_S = 4.0
 REDACTED = "***"
+# The longest JSON answer read (/v1/models, /version, /server_info, /tokenize): vLLM's whole
+# config in /server_info is ~50 KB; a /v1/models listing hundreds of adapters a few hundred KB.
+MAX_JSON_BYTES = 8 << 20
 # Same-origin redirects followed before the chain counts as a loop (curl and browsers stop at
 # 20-50; an engine's API redirects once at most, e.g. a trailing slash).
 MAX_REDIRECTS = 5
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-# Query parameters that carry secrets in the wild (?api_key=..., ?token=...).
-_SECRET_QUERY_KEYS = frozenset({"api_key", "apikey", "key", "token", "access_token", "auth", "password", "secret"})
+# Query parameters whose value is a credential (compared lower-case): API keys and tokens
+# (?api_key=, ?token=), and the signatures of pre-signed URLs: S3's X-Amz-*, GCS's X-Goog-*,
+# Azure SAS's sig, an OAuth redirect's code. A signed URL's signature is as good as a password
+# until it expires.
+_SECRET_QUERY_KEYS = frozenset(
+    {
+        "access_token", "api-key", "api_key", "apikey", "auth", "awsaccesskeyid", "client_secret", "code",
+        "credential", "googleaccessid", "id_token", "key", "passwd", "password", "pwd", "refresh_token",
+        "secret", "session_token", "sig", "signature", "token", "x-amz-credential", "x-amz-security-token",
+        "x-amz-signature", "x-goog-credential", "x-goog-signature",
+    }
+)  # fmt: skip
+# ... and any parameter whose name holds one of these (X-Custom-Token, upload_signature, ...).
+_SECRET_QUERY_WORDS = ("token", "secret", "signature", "password", "credential", "api_key", "apikey", "api-key")
+_QUERY_SEPARATORS = re.compile(r"([&;])")  # ';' too: some servers split on it, so a value may end there
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie"})
 
 
@@ -118,6 +140,19 @@ class ResponseTooLarge(ProbeHTTPError):
         self.limit = limit
 
 
+class NotJSON(NotAnLLMServer):
+    """The answer is not JSON (an HTML page, a proxy's error page, ...)."""
+
+
+class JSONOutOfBounds(NotAnLLMServer):
+    """The answer is JSON past the bounds (llm_diagnose.probes.bounded_json): nested too deeply, or
+    holding NaN, Infinity or a number beyond a float; `reason` says which."""
+
+    def __init__(self, message: str, url: str | None = None, reason: str = "") -> None:
+        super().__init__(message, url)
+        self.reason = reason
+
+
 class MalformedMetrics(ProbeHTTPError):
     """/metrics answered with text the Prometheus parser rejects; quotes the first bad line."""
 
@@ -161,20 +196,39 @@ def normalize_base_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), parts.query, ""))
 
 
+def _is_secret_param(name: str) -> bool:
+    key = unquote_plus(name).strip().lower()
+    return key in _SECRET_QUERY_KEYS or any(word in key for word in _SECRET_QUERY_WORDS)
+
+
+def _redact_params(text: str) -> str:
+    """`a=1&sig=xyz` -> `a=1&sig=***`: each secret parameter keeps its name, the rest stays as written."""
+    out = []
+    for piece in _QUERY_SEPARATORS.split(text):
+        name, eq, _ = piece.partition("=")
+        out.append(f"{name}={REDACTED}" if eq and _is_secret_param(name) else piece)
+    return "".join(out)
+
+
 def redact_url(url: str) -> str:
-    """The URL with any user:password and secret-looking query values replaced by ***."""
+    """The URL fit to print or store: user:password and secret query values replaced by ***.
+
+    Every URL that leaves this package for text (a message, a progress line, a run folder's
+    files) goes through here. Userinfo goes whole (`http://***@host`); a query parameter named
+    like a credential or a signature (see _SECRET_QUERY_KEYS) keeps its name, not its value
+    (`?sig=***&X-Amz-Signature=***`), and so does one in a fragment (`#access_token=***`). A URL
+    typed without a scheme (`user:pw@host:8000`) is redacted the same way.
+    """
+    bare = "://" not in url and not url.startswith("//")
     try:
-        parts = urlsplit(url)
+        parts = urlsplit("//" + url if bare else url)
     except ValueError:
         return REDACTED  # unparseable: printing it could leak whatever it holds
     netloc = parts.netloc
     if "@" in netloc:
         netloc = REDACTED + "@" + netloc.rsplit("@", 1)[1]
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, REDACTED if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in pairs], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    shown = urlunsplit((parts.scheme, netloc, parts.path, _redact_params(parts.query), _redact_params(parts.fragment)))
+    return shown[2:] if bare and shown.startswith("//") else shown
 
 
 def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -395,14 +449,24 @@ def response_error_text(exc: aiohttp.ClientResponseError) -> str:
     return exc.message or (f"HTTP {exc.status}, " if exc.status else "") + type(exc).__name__
 
 
-def _decode_json(answer: HttpText, url: str) -> object:
+def decode_json(answer: HttpText, url: str, *, advice: str = "is this the serving engine's URL?") -> object:
+    """The JSON of an answer, within the bounds of llm_diagnose.probes.bounded_json: the one JSON
+    reader of what servers send (engines and Prometheus alike). `advice` ends the message.
+
+    Raises:
+        NotJSON: the body is not JSON (the message quotes its first line).
+        JSONOutOfBounds: JSON nested too deeply, or holding a number that is not finite.
+    """
     try:
-        return json.loads(answer.text)
-    except ValueError:
+        return loads_bounded(answer.text)
+    except JSONBoundsError as exc:
+        if not exc.reason.startswith("not JSON"):
+            raise JSONOutOfBounds(
+                f"{answer.url} answered JSON that is not read: {exc.reason}; {advice}", url, exc.reason
+            ) from None
         first = answer.text.strip().splitlines()[0][:80] if answer.text.strip() else "(empty body)"
-        raise NotAnLLMServer(
-            f"{answer.url} did not answer with JSON (it sent {answer.content_type or 'no type'}: "
-            f"{first!r}): is this the serving engine's URL?",
+        raise NotJSON(
+            f"{answer.url} did not answer with JSON (it sent {answer.content_type or 'no type'}: {first!r}): {advice}",
             url,
         ) from None
 
@@ -419,14 +483,15 @@ async def get_text(session: aiohttp.ClientSession, url: str, *, max_bytes: int |
     return await _request(session, "GET", url, max_bytes=max_bytes)
 
 
-async def get_json(session: aiohttp.ClientSession, url: str) -> object:
-    """GET `url` and decode its JSON body.
+async def get_json(session: aiohttp.ClientSession, url: str, *, max_bytes: int = MAX_JSON_BYTES) -> object:
+    """GET `url` and decode its JSON body (at most `max_bytes`).
 
     Raises:
         InvalidTargetURL, TargetUnreachable, HTTPStatusError: as `get_text`.
-        NotAnLLMServer: the body is not JSON (an HTML page, a proxy's error page, ...).
+        ResponseTooLarge: the body is longer than `max_bytes`.
+        NotJSON, JSONOutOfBounds (both NotAnLLMServer): as `decode_json`.
     """
-    return _decode_json(await get_text(session, url), url)
+    return decode_json(await get_text(session, url, max_bytes=max_bytes), url)
 
 
 async def post_json(session: aiohttp.ClientSession, url: str, body: object) -> object:
@@ -435,6 +500,7 @@ async def post_json(session: aiohttp.ClientSession, url: str, body: object) -> o
 
     Raises:
         InvalidTargetURL, TargetUnreachable, HTTPStatusError: as `get_text`.
-        NotAnLLMServer: the answer is not JSON.
+        ResponseTooLarge: the answer is longer than MAX_JSON_BYTES.
+        NotJSON, JSONOutOfBounds (both NotAnLLMServer): as `decode_json`.
     """
-    return _decode_json(await _request(session, "POST", url, json_body=body), url)
+    return decode_json(await _request(session, "POST", url, json_body=body, max_bytes=MAX_JSON_BYTES), url)

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Quantity", "CATALOGUE", "describe", "CLIENT_STARVED_WARNING"]
+__all__ = ["Quantity", "CATALOGUE", "describe", "CLIENT_STARVED_WARNING", "ENGINE_HIT_RATE_WARNING"]
 
 # The first words of the warning a live measurement carries when the client was starved of CPU
 # while it was taken (its timestamps are then the client's, not the server's): the tree gives
 # no verdict from such a measurement. Probes write it, the tree reads it: one spelling.
 CLIENT_STARVED_WARNING = "client starved:"
+# The first words of the warning a prefix-cache hit rate carries where it is the engine's own
+# figure (a gauge the engine computes over the traffic it last counted), not hits over lookups in
+# the window: the tree never reads such a figure as this workload's. Probes write it, the tree reads it.
+ENGINE_HIT_RATE_WARNING = "engine-computed gauge, not a windowed token ratio"
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,12 @@ KV_WASTE_FRACTION = _q(
 )
 RUNNING_MEAN = _q("batch.running_mean", "count", "mean number of requests in the running batch")
 RUNNING_MAX = _q("batch.running_max", "count", "largest running batch seen")
+STEP_TOKENS_MAX = _q(
+    "batch.step_tokens_max",
+    "tokens",
+    "tokens in the fullest engine step over the window, prefill and decode together (the upper edge of its "
+    "bucket): how much of the step budget (max_num_batched_tokens) steps actually use",
+)
 WAITING_MEAN = _q("queue.waiting_mean", "count", "mean number of requests waiting for capacity")
 QUEUE_TIME_P50 = _q("latency.queue_p50_s", "s", "median time a request waited before scheduling")
 
@@ -143,6 +153,16 @@ DECODE_TIME_SHARE = _q("decode.time_share", "fraction", "share of request latenc
 TTFT_P50 = _q("latency.ttft_p50_s", "s", "median time to first token")
 TTFT_P99 = _q("latency.ttft_p99_s", "s", "99th percentile time to first token")
 E2E_P50 = _q("latency.e2e_p50_s", "s", "median end-to-end request latency")
+PREFILL_TIME_P50 = _q(
+    "latency.prefill_time_p50_s",
+    "s",
+    "median time from a request's scheduling to its first token: the engine's prefill, queueing excluded",
+)
+INFERENCE_TIME_P50 = _q(
+    "latency.inference_time_p50_s",
+    "s",
+    "median time from a request's scheduling to its last token: the engine's running time, queueing excluded",
+)
 SPEC_ACCEPTANCE_RATE = _q("spec.acceptance_rate", "fraction", "accepted draft tokens / drafted tokens")
 SPEC_ITL_SPEEDUP = _q(
     "spec.itl_speedup", "ratio", "ITL with speculative decoding off / on, measured side by side (>1: it helps)"
@@ -179,6 +199,14 @@ PROCESSES_USED_BYTES = _q(
     "memory.processes_used_bytes",
     "bytes",
     "accelerator memory used by compute processes (NVML, where the driver reports it)",
+)
+GPU_SELECTION = _q(
+    "memory.gpu_selection",
+    "str",
+    "which GPUs NVML's memory keys were read on: asked (--gpus), server (those running the server's processes), "
+    "processes (those running any compute process: other tenants' too), node (every GPU of the node: no process "
+    "visible to pick from), only (the node's one GPU); the note names them",
+    "fact",
 )
 RUNNING_CAP_ESTIMATE = _q(
     "batch.running_cap_estimate",
@@ -252,6 +280,41 @@ def prefill_floor_key(prompt_len: int) -> str:
     return f"prefill.roofline_floor_p{int(prompt_len)}_s"
 
 
+def decode_eager_step_latency_key(batch: int) -> str:
+    return f"decode.eager_step_latency_b{int(batch)}_s"
+
+
+# What the microbenchmark writes, and nothing else does: when its evidence is joined with a run's
+# (`decide RUN MICROBENCH`, `run --microbench`), these keys come from the microbenchmark.
+MICROBENCH_PREFIXES = (
+    "machine.",
+    "microbench.",
+    "decode.step_latency_b",
+    "decode.eager_step_latency_b",
+    "decode.roofline_floor_b",
+    "decode.bound_b",
+    "prefill.latency_p",
+    "prefill.roofline_floor_p",
+    "interference.mixed_step_ratio",
+)
+
+
+def is_microbench_key(key: str) -> bool:
+    return key.startswith(MICROBENCH_PREFIXES)
+
+
+MICROBENCH_CONTEXT = _q(
+    "microbench.context_tokens", "tokens", "context (cached tokens per sequence) of the decode steps reported", "fact"
+)
+MICROBENCH_MODEL = _q(
+    "microbench.model",
+    "str",
+    "what the microbenchmark timed: the config or weights it built the model from, its dtype, and any shard or "
+    "layer extrapolation",
+    "fact",
+)
+
+
 for _n in MICROBENCH_BATCHES:
     _q(
         decode_step_latency_key(_n),
@@ -260,6 +323,12 @@ for _n in MICROBENCH_BATCHES:
     )
     _q(decode_floor_key(_n), "s", "roofline floor of that step: max(bytes / memcpy rate, FLOPs / matmul rate)")
     _q(decode_bound_key(_n), "str", f"which ceiling sets the decode floor at batch {_n}: 'memory' or 'compute'", "fact")
+    _q(
+        decode_eager_step_latency_key(_n),
+        "s",
+        f"median latency of one decode step at batch {_n} launched eagerly, host clock around each call with the "
+        "device synchronized: per-kernel dispatch included (microbenchmark)",
+    )
 for _n in MICROBENCH_PROMPTS:
     _q(prefill_latency_key(_n), "s", f"median latency of a {_n}-token prefill (microbenchmark)")
     _q(prefill_floor_key(_n), "s", f"roofline floor of a {_n}-token prefill")
@@ -305,6 +374,12 @@ DECODE_ITL_GROWTH = _q(
     "mean inter-token gap at the highest tested concurrency / at batch 1 "
     "(active; means, since bursty delivery drives medians to 0)",
 )
+DECODE_ITL_JUMP = _q(
+    "decode.itl_superlinear_jump",
+    "ratio",
+    "steepest rise of the mean inter-token gap between two neighbouring concurrency levels of the decode "
+    "experiment, over the rise in streams (1: as a fully compute-bound step; above: more than batching explains)",
+)
 DECODE_SERVER_ITL_MEAN = _q(
     "decode.server_itl_mean_s",
     "s",
@@ -330,7 +405,7 @@ INTERFERENCE_STALL_GROWTH = _q(
     "interference.stall_growth_ratio",
     "ratio",
     "prefill stall at the longer injected prompt / at the shorter "
-    "(~1: bounded by chunking; ~2 when the prompt doubles: unbounded)",
+    "(~1: bounded by chunking; about the prompts' length ratio: unbounded)",
 )
 BATCHING_SHORT_ALONE_E2E = _q(
     "batching.short_request_alone_e2e_s", "s", "latency of the short probe request with nothing else in flight (active)"
@@ -387,6 +462,17 @@ CLIENT_SERVER_E2E_RATIO = _q(
     "ratio",
     "client's mean end-to-end latency / the engine's histogram mean over the same experiments (1: they agree)",
 )
+CALIBRATION_ITL = _q(
+    "active.calibration_itl_s",
+    "s",
+    "mean inter-token gap of the one calibration request the active experiments were sized from (batch 1)",
+)
+CALIBRATION_PREFILL_PER_TOKEN = _q(
+    "active.calibration_prefill_s_per_token",
+    "s",
+    "(time to first token - one step) / prompt tokens of the calibration request: prefill time per prompt "
+    "token, an upper bound (the request's fixed cost is in it)",
+)
 ACTIVE_NOTES = _q(
     "active.notes",
     "str",
@@ -400,6 +486,12 @@ REPLAY_SEND_LATENESS_P50 = _q(
     "median of how late a replay sent each request after its recorded offset (the most punctual one taken as on time)",
 )
 ACTIVE_REQUESTS_SENT = _q("active.requests_sent", "count", "requests the active experiments sent")
+SERVER_REQUESTS_AT_START = _q(
+    "active.server_requests_at_start",
+    "count",
+    "requests running or waiting on the server (its own gauges) just before the active run sent anything: other "
+    "clients' requests, since none of the run's was in flight yet",
+)
 ACTIVE_FAILED_FRACTION = _q(
     "active.failed_request_fraction",
     "fraction",

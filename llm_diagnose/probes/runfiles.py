@@ -1,7 +1,7 @@
-"""Writing into a run folder without following links: the one place files are opened for writing.
+"""Reading and writing a run folder without following links: the one place its files are opened.
 
 A run folder may sit in a shared place (a CI workspace, /tmp), where someone else can plant a
-symbolic link at the name a file is about to get. So:
+symbolic link at the name a file is about to get. So, writing:
 
 - files appended to as results arrive (`metrics.jsonl`, `requests.jsonl`, `events.jsonl`) are
   opened with O_NOFOLLOW and must be plain files with one name (no symlink, FIFO, device or
@@ -11,26 +11,57 @@ symbolic link at the name a file is about to get. So:
   sees half a file, and a link at the temporary name cannot redirect the write. A target
   that is itself a symbolic link is refused rather than replaced.
 
+Reading (`open_plain`, `read_json_lines`, `read_document`): a run-folder file is read only as a
+plain file, opened with O_NOFOLLOW: a link (to /dev/zero, say), a FIFO, a device or a socket is
+refused before a byte is read, where it would otherwise hang the reader or fill its memory.
+JSON-lines files are read with the trace readers' line cap (bounded_lines.MAX_LINE_BYTES: a
+longer line is read past in pieces, never held whole); a line that cannot be read (over the cap,
+bytes that are not UTF-8 anywhere in it, not JSON, nested too deeply, not a JSON object) comes
+back as unreadable, with why, for the caller to skip and count. A whole document (evidence,
+diagnosis) is read up to MAX_DOCUMENT_BYTES.
+
 Refusals raise `UnsafePathError` (an OSError, so callers that already handle unreadable or
 unwritable paths handle these too), whose message says what to do.
 """
 
 from __future__ import annotations
 
+import codecs
 import errno
+import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, BinaryIO
 
-__all__ = ["UnsafePathError", "open_append", "write_atomic", "refuse_link"]
+from llm_diagnose.probes.bounded_lines import MAX_LINE_BYTES, bounded_lines, too_long
+
+__all__ = [
+    "UnsafePathError",
+    "open_append",
+    "write_atomic",
+    "refuse_link",
+    "open_plain",
+    "read_json_lines",
+    "read_document",
+    "JsonLine",
+    "MAX_LINE_BYTES",
+    "MAX_DOCUMENT_BYTES",
+]
+
+# The largest whole document read (evidence.json, diagnosis.json, a capacity plan). What the tool
+# writes is far smaller (samples are capped at 2000 a measurement): a larger file is not one of its own.
+MAX_DOCUMENT_BYTES = 64 << 20
+_PIECE = 1 << 20
 
 _FILE_MODE = 0o644  # what open() gives under the usual umask; mkstemp's 0600 would surprise readers
 
 
 class UnsafePathError(OSError):
-    """A path the tool will not write through (a link, a folder, a device)."""
+    """A path the tool will not read or write through (a link, a folder, a device), or a file past a bound."""
 
     def __init__(self, path: str | Path, what: str) -> None:
         super().__init__(errno.EPERM, what, str(path))
@@ -85,8 +116,9 @@ def open_append(path: str | Path) -> IO[str]:
         raise
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write `text` to `path` all at once: a fresh temporary file beside it, then a rename."""
+def write_atomic(path: str | Path, text: str | Iterable[bytes]) -> None:
+    """Write `text` (UTF-8), or byte pieces in order, to `path` all at once: a fresh temporary file
+    beside it, then a rename."""
     path = Path(path)
     refuse_link(path)
     if path.is_dir():
@@ -94,8 +126,8 @@ def write_atomic(path: str | Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
         os.fchmod(fd, _FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.writelines((text.encode("utf-8"),) if isinstance(text, str) else text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -105,3 +137,108 @@ def write_atomic(path: str | Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+# --- reading --------------------------------------------------------------------------------------
+_LINK = (
+    "is a symbolic link, and a run folder's files are read only as plain files: replace the link with the file itself"
+)
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _not_plain(mode: int) -> str:
+    kind = next((name for test, name in _KINDS if test(mode)), "a socket")  # (a folder is told apart before)
+    return f"is {kind}, and a run folder's files are read only as plain files: put the run's own file there"
+
+
+def open_plain(path: str | Path) -> BinaryIO:
+    """Open a run-folder file for reading: a plain file, never through a link (see the module docstring)."""
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise UnsafePathError(path, _LINK) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise UnsafePathError(path, "is a folder, not a file")
+        if not stat.S_ISREG(mode):
+            raise UnsafePathError(path, _not_plain(mode))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_document(path: str | Path, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
+    """A whole run-folder document as text (UnicodeDecodeError where it is not UTF-8)."""
+    chunks: list[bytes] = []
+    size = 0
+    with open_plain(path) as f:
+        # In pieces: read(max_bytes + 1) would allocate all of it up front, however small the file.
+        while size <= max_bytes and (chunk := f.read(min(_PIECE, max_bytes + 1 - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+    if size > max_bytes:
+        raise UnsafePathError(
+            path, f"is larger than {max_bytes >> 20} MiB (MAX_DOCUMENT_BYTES): not a file this tool wrote; not read"
+        )
+    return b"".join(chunks).decode("utf-8")
+
+
+@dataclass(frozen=True)
+class JsonLine:
+    """One non-blank line of a JSON-lines file: its object, or why it could not be read."""
+
+    number: int  # from 1, blank lines included
+    obj: dict[str, Any] | None  # None: unreadable (see `why`)
+    why: str = ""
+    too_long: bool = False  # over MAX_LINE_BYTES, skipped unread
+
+
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def read_json_lines(path: str | Path, max_line_bytes: int | None = None) -> Iterator[JsonLine]:
+    """Every non-blank line of a run-folder JSON-lines file (blank lines are not counted anywhere).
+
+    The file is opened now (`open_plain`: UnsafePathError or OSError here), read as the iterator
+    is. `max_line_bytes` defaults to this module's MAX_LINE_BYTES as it is when called. One rule
+    for every line: a line that is not wholly UTF-8 (a stray byte in a key or in a value alike)
+    is unreadable, never decoded with replacement characters, so it is skipped and counted like
+    any other.
+    """
+    f = open_plain(path)
+    limit = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
+    return _json_lines(f, limit)
+
+
+def _json_lines(f: BinaryIO, limit: int) -> Iterator[JsonLine]:
+    with f:
+        for number, raw in bounded_lines(f, limit):
+            if raw is None:
+                yield JsonLine(number, None, too_long(limit), too_long=True)
+                continue
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8) :]
+            if not raw.strip():
+                continue
+            yield _parse_line(number, raw)
+
+
+def _parse_line(number: int, raw: bytes) -> JsonLine:
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return JsonLine(number, None, "not UTF-8 text")
+    except RecursionError:
+        return JsonLine(number, None, "JSON nested too deeply to read")
+    except ValueError as exc:  # JSONDecodeError, or an integer of more digits than Python converts
+        return JsonLine(number, None, f"not JSON ({getattr(exc, 'msg', exc)})")
+    if not isinstance(obj, dict):
+        return JsonLine(number, None, f"{_JSON_TYPES.get(type(obj), 'null')}, not a JSON object")
+    return JsonLine(number, obj)

@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llm_diagnose.diagnose.commands import argtypes
 from llm_diagnose.diagnose.errors import UsageError
-from llm_diagnose.diagnose.runfolder import EVIDENCE, METRICS
+from llm_diagnose.diagnose.runfolder import EVIDENCE, METRICS, read_document
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Fact, Provenance
 
@@ -50,11 +51,20 @@ def load_evidence(path: str | Path) -> Evidence:
         return evidence_from_scrapes(folder)
     p = evidence_path(path)
     try:
-        return Evidence.from_json(p.read_text(encoding="utf-8"))
+        return Evidence.from_json(read_document(p))  # a plain file, not a link; at most MAX_DOCUMENT_BYTES
     except EvidenceError as exc:
         raise UsageError(f"{p}: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{p}: cannot read it ({exc})") from None
+        raise UsageError(f"{p}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def join_evidence(run: Evidence, other: Evidence) -> Evidence:
+    """`run` with `other`'s items (a microbenchmark's, for `decide RUN MICROBENCH` and `run --microbench`),
+    each keeping its own provenance: a key both hold keeps the run's, except the microbenchmark's own keys
+    (quantities.is_microbench_key), which come from `other`; a measured item never gives way to a hole."""
+    mine = {k: v for k, v in other.items.items() if Q.is_microbench_key(k)}
+    rest = {k: v for k, v in other.items.items() if not Q.is_microbench_key(k)}
+    return run.with_items(rest, prefer_new=False).with_items(mine, prefer_new=True)
 
 
 def load_thresholds(path: str | None) -> Thresholds:
@@ -121,13 +131,13 @@ def add_trace_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace-format", default="auto", metavar="FORMAT", help="trace format (default: auto)")
     parser.add_argument(
         "--block-size",
-        type=int,
+        type=argtypes.TOKENS,
         metavar="N",
         help="prefix-cache block size for the trace (default: the server's, else 16)",
     )
     parser.add_argument(
         "--kv-capacity-tokens",
-        type=int,
+        type=argtypes.TOKENS,
         metavar="N",
         help="KV capacity for the trace's LRU simulation (default: the server's)",
     )

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from llm_diagnose.diagnose.commands import argtypes
 from llm_diagnose.diagnose.commands.common import add_slo_flags, load_slo
 from llm_diagnose.diagnose.errors import ExitCode, TargetError, UsageError
 from llm_diagnose.diagnose.runfolder import REQUESTS, out_path, prepare_out_dir
@@ -51,12 +52,14 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--duration",
-        type=float,
+        type=argtypes.WINDOW_SECONDS,
         default=25.0,
         metavar="SECONDS",
         help="observation window while the workload runs (default 25)",
     )
-    p.add_argument("--requests", type=int, default=96, help="requests the demo workload sends (default 96)")
+    p.add_argument(
+        "--requests", type=argtypes.REQUESTS, default=96, help="requests the demo workload sends (default 96)"
+    )
     # The chat workload is declared interactive; no latency objective is declared by default:
     # a 1.45 M-parameter model on CPU says nothing about a real service's targets, so Q5 uses
     # the fixed q5 thresholds unless --slo gives one.
@@ -78,8 +81,6 @@ def run(args: argparse.Namespace) -> int:
     ok, why = vllm_available()
     if not ok:
         raise UsageError(f"the demo needs vLLM in this Python ({why}): run `make demo`, which installs it")
-    if args.requests < 1 or args.duration <= 0:
-        raise UsageError("--requests and --duration must be positive")
     slo = load_slo(args)
     out = prepare_out_dir(args.out or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S"))
     before_dir, after_dir = prepare_out_dir(out / "before"), prepare_out_dir(out / "after")

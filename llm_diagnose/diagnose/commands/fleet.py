@@ -17,8 +17,10 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from llm_diagnose.diagnose.commands import argtypes
 from llm_diagnose.diagnose.commands.common import add_trace_flags, dumps, load_thresholds
 from llm_diagnose.diagnose.errors import TargetError, UsageError
+from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.runfolder import DIAGNOSIS, EVIDENCE, SUMMARY, out_path, prepare_out_dir, write_atomic
 from llm_diagnose.probes import quantities as Q
 
@@ -42,8 +44,9 @@ EXAMPLE = f"""example:
 
 A Prometheus that wants credentials gets a Bearer token from {PROMETHEUS_TOKEN_ENV}."""
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+# How long a window may be (--since, or --end minus --start), and the shortest --step.
+MAX_WINDOW_S = argtypes.MAX_FLEET_WINDOW_S
+MIN_WINDOW_S = argtypes.MIN_STEP_S
 
 
 def register(sub) -> None:
@@ -68,14 +71,20 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--since",
+        type=argtypes.duration(MIN_WINDOW_S, MAX_WINDOW_S),
         metavar="DURATION",
-        help=f"a window up to --end (default now): 90s, 10m, 2h (default {DEFAULT_SINCE})",
+        help=f"a window up to --end (default now): 90s, 10m, 2h (default {DEFAULT_SINCE}; at most 366d)",
     )
-    p.add_argument("--start", metavar="TIME", help="window start: ISO-8601 (2026-12-01T14:00:00Z) or unix seconds")
-    p.add_argument("--end", metavar="TIME", help="window end (default: now)")
+    p.add_argument(
+        "--start",
+        type=argtypes.parse_time,
+        metavar="TIME",
+        help="window start: ISO-8601 (2026-12-01T14:00:00Z) or unix seconds",
+    )
+    p.add_argument("--end", type=argtypes.parse_time, metavar="TIME", help="window end (default: now)")
     p.add_argument(
         "--step",
-        type=float,
+        type=argtypes.seconds(argtypes.MIN_STEP_S, MAX_WINDOW_S),
         metavar="SECONDS",
         help="read one value per series every SECONDS (query_range) instead of every raw sample: for long "
         "windows; use at least the scrape interval",
@@ -93,47 +102,52 @@ def register(sub) -> None:
 
 
 def parse_duration(text: str) -> float:
-    """`90`, `90s`, `10m`, `1h30m` -> seconds."""
-    s = text.strip()
+    """`90`, `90s`, `10m`, `1h30m` -> seconds, within the window's bounds."""
     try:
-        seconds = float(s)
-    except ValueError:
-        parts = _DURATION.findall(s)
-        if not parts or "".join(n + u for n, u in parts) != s:
-            raise UsageError(f"--since {text!r} is not a duration (examples: 90s, 10m, 2h, 1h30m)") from None
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise UsageError(f"--since {text!r} must be longer than zero")
-    return seconds
+        return argtypes.parse_duration(text, MIN_WINDOW_S, MAX_WINDOW_S)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--since {exc}") from None
 
 
 def parse_time(text: str, flag: str) -> float:
-    """ISO-8601 (a naive time is UTC), unix seconds, or `now` -> unix seconds."""
-    s = text.strip()
-    if s == "now":
-        return time.time()
+    """ISO-8601 (a naive time is UTC), unix seconds, or `now` -> unix seconds (1970 to year 9999)."""
     try:
-        return float(s)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(
-            f"{flag} {text!r} is not a time (ISO-8601 such as 2026-12-01T14:00:00Z, or unix seconds)"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+        return argtypes.parse_time(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{flag} {exc}") from None
 
 
 def window_of(args: argparse.Namespace, now: float | None = None) -> tuple[float, float]:
-    if args.since and args.start:
+    """[start, end] in unix seconds from --since/--start/--end (numbers as argparse parsed them,
+    or their text).
+
+    Raises:
+        UsageError: both --since and --start, an empty window, one longer than MAX_WINDOW_S, or
+            one that starts before 1970 (--end minus --since).
+    """
+    if args.since is not None and args.start is not None:
         raise UsageError("give --since or --start, not both")
-    end = parse_time(args.end, "--end") if args.end else (time.time() if now is None else now)
-    start = parse_time(args.start, "--start") if args.start else end - parse_duration(args.since or DEFAULT_SINCE)
+
+    def moment(value: float | str | None, flag: str, default: float) -> float:
+        if value is None:
+            return default
+        return parse_time(value, flag) if isinstance(value, str) else float(value)
+
+    end = moment(args.end, "--end", time.time() if now is None else now)
+    since = args.since if args.since is not None else DEFAULT_SINCE
+    start = moment(args.start, "--start", end - (parse_duration(since) if isinstance(since, str) else float(since)))
     if start >= end:
         raise UsageError(f"the window is empty: --start ({_iso(start)}) is not before --end ({_iso(end)})")
+    if start < 0:
+        raise UsageError(
+            f"the window starts before 1970 ({start:.0f} unix seconds: --end minus --since): give a later --end "
+            "or a shorter --since"
+        )
+    if end - start > MAX_WINDOW_S:
+        raise UsageError(
+            f"the window from {_iso(start)} to {_iso(end)} is longer than {MAX_WINDOW_S / 86400:g} days: "
+            "give a later --start or an earlier --end"
+        )
     return start, end
 
 
@@ -159,8 +173,6 @@ def _read(args: argparse.Namespace, start: float, end: float) -> FleetWindows:
     from llm_diagnose.probes.http import InvalidTargetURL, ProbeHTTPError
     from llm_diagnose.probes.metrics.prometheus_api import InvalidSelector, PrometheusRefused, read_fleet
 
-    if args.step is not None and args.step <= 0:
-        raise UsageError("--step must be a positive number of seconds")
     try:
         return asyncio.run(
             read_fleet(
@@ -191,8 +203,8 @@ def run(args: argparse.Namespace) -> int:
     from llm_diagnose.probes.metrics.passive import passive_evidence
 
     thresholds = load_thresholds(args.thresholds)
+    start, end = window_of(args)  # a bad window leaves no folder behind
     prepare_out_dir(args.out, files=(FLEET_FILE, SUMMARY))  # before Prometheus is asked
-    start, end = window_of(args)
     fw = _read(args, start, end)
     folders = folder_names(fw.windows)
     evidences: dict[str, Evidence] = {}
@@ -251,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
     if fw.without_engine:
         extra += f"targets without engine series (not compared): {', '.join(fw.without_engine)}\n"
     summary = head + "\n" + render_text(view) + "\nper replica (replicas/<name>/diagnosis.json):\n" + extra
+    summary = escape_controls(summary)  # replica names are Prometheus labels: they may carry terminal escapes
     write_atomic(args.out / SUMMARY, summary)
     sys.stdout.write(summary)
     print(f"\nfleet folder: {args.out} (fleet.json, summary.txt, replicas/*/evidence.json)")

@@ -6,6 +6,7 @@ import argparse
 import shutil
 import sys
 
+from llm_diagnose.diagnose.commands import argtypes
 from llm_diagnose.diagnose.errors import UsageError
 
 # The help names them. (Importing this module loads the torch_probe package, the Prometheus
@@ -35,7 +36,9 @@ def register(sub) -> None:
         description="Start a PyTorch/transformers server with the llm-diagnose probe inside it, "
         "exposing Prometheus metrics on a side port.",
     )
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"side port for the metrics (default {DEFAULT_PORT})")
+    p.add_argument(
+        "--port", type=argtypes.port, default=DEFAULT_PORT, help=f"side port for the metrics (default {DEFAULT_PORT})"
+    )
     p.add_argument(
         "--host",
         default=DEFAULT_HOST,
@@ -53,8 +56,6 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise UsageError("no command to run: give it after --, e.g. llm-diagnose instrument -- python server.py")
-    if not 0 <= args.port <= 65535:
-        raise UsageError(f"--port {args.port} is not a TCP port (0-65535)")
     if shutil.which(command[0]) is None:
         raise UsageError(f"command not found: {command[0]!r} (not on PATH and not an executable file)")
     if args.host not in ("127.0.0.1", "localhost", "::1"):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llm_diagnose.diagnose.commands import argtypes
 from llm_diagnose.diagnose.commands.common import (
     add_slo_flags,
     dumps,
@@ -17,6 +18,7 @@ from llm_diagnose.diagnose.commands.common import (
     load_thresholds,
 )
 from llm_diagnose.diagnose.errors import UsageError
+from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.runfolder import CAPACITY_PLAN as PLAN_FILE  # the report of --out shows the plan
 from llm_diagnose.diagnose.runfolder import REQUESTS, out_path, prepare_out_dir, write_atomic
 
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["register", "run", "PLAN_FILE", "plan_from_args"]
 
-SEARCH_SPAN = 3.0  # the live search brackets the predicted goodput: [g / 3, g x 3] (--search-span)
+SEARCH_SPAN = 2.0  # the live search's factor up from its start until the SLO breaks (--search-span)
 MAX_TRACE_REQUESTS = 2000  # the simulated workload: the trace's first requests
 
 EXAMPLE = """example:
@@ -55,11 +57,17 @@ def register(sub) -> None:
     )
     p.add_argument("--trace", required=True, type=Path, metavar="FILE", help="the workload, as a request trace")
     p.add_argument("--trace-format", default="auto", metavar="FORMAT", help="trace format (default: auto)")
-    p.add_argument("--target-rps", required=True, type=float, metavar="R", help="the request rate to plan for")
+    p.add_argument(
+        "--target-rps",
+        required=True,
+        type=argtypes.RATE,
+        metavar="R",
+        help=f"the request rate to plan for (at most {argtypes.MAX_RATE_RPS:,.0f})",
+    )
     p.add_argument("--thresholds", metavar="FILE", help="TOML thresholds for the diagnosis (and its [slo] table)")
     p.add_argument(
         "--max-batched-tokens",
-        type=int,
+        type=argtypes.TOKENS,
         metavar="N",
         help="the server's max_num_batched_tokens (default: vLLM's 2048, stated as an assumption)",
     )
@@ -68,18 +76,36 @@ def register(sub) -> None:
     active = p.add_argument_group("measured goodput (opt-in: sends real requests, within a hard budget)")
     active.add_argument("--active", action="store_true", help="also search the goodput against the live server")
     active.add_argument("--url", help="the server's base URL (with --active)")
-    active.add_argument("--budget-requests", type=int, default=150, metavar="N", help="at most N requests (150)")
-    active.add_argument("--budget-seconds", type=float, default=90.0, metavar="S", help="at most S seconds (90)")
-    active.add_argument("--max-rps", type=float, metavar="R", help="never search above R requests/s")
-    active.add_argument("--trial-requests", type=int, default=40, metavar="N", help="requests per rate trial (40)")
-    active.add_argument("--search-steps", type=int, default=3, metavar="N", help="bisection steps after both ends (3)")
+    active.add_argument(
+        "--budget-requests", type=argtypes.REQUESTS, default=150, metavar="N", help="at most N requests (150)"
+    )
+    active.add_argument(
+        "--budget-seconds", type=argtypes.LOAD_SECONDS, default=90.0, metavar="S", help="at most S seconds (90)"
+    )
+    active.add_argument("--max-rps", type=argtypes.RATE, metavar="R", help="never search above R requests/s")
+    active.add_argument(
+        "--allow-busy-target",
+        action="store_true",
+        help="run the search even where the server already serves other clients (it pushes the server past its "
+        "SLO, for them too); without it --active refuses such a server",
+    )
+    active.add_argument(
+        "--trial-requests", type=argtypes.REQUESTS, default=40, metavar="N", help="requests per rate trial (40)"
+    )
+    active.add_argument(
+        "--search-steps",
+        type=argtypes.count(0, argtypes.MAX_SEARCH_STEPS, what="bisection steps"),
+        default=3,
+        metavar="N",
+        help="bisection steps after the SLO first breaks (3)",
+    )
     active.add_argument(
         "--search-span",
-        type=float,
+        type=argtypes.number_above(1.0, argtypes.MAX_SEARCH_SPAN, what="the span factor"),
         default=SEARCH_SPAN,
         metavar="X",
-        help=f"search from the predicted goodput / X to x X ({SEARCH_SPAN:g}); wider where the model "
-        "is known to be rough",
+        help=f"the live search multiplies the rate by X from its start until the SLO breaks ({SEARCH_SPAN:g}), "
+        "then bisects",
     )
     add_slo_flags(p)
     p.set_defaults(func=run)
@@ -94,6 +120,7 @@ def _records_beside(evidence_arg: str) -> list:
 
 def plan_from_args(args: argparse.Namespace) -> CapacityPlan:
     from llm_diagnose.diagnose.capacity import ModelError, items_from_trace, plan_capacity
+    from llm_diagnose.diagnose.capacity.goodput import text_tokens
     from llm_diagnose.diagnose.capacity.inputs import (
         fit_and_validate,
         limits_from_evidence,
@@ -108,8 +135,6 @@ def plan_from_args(args: argparse.Namespace) -> CapacityPlan:
             "plan needs a latency SLO: give --slo METRIC:pNN:LIMIT (e.g. --slo ttft:p99:2s) or an [slo] "
             "table in --thresholds; goodput is the highest rate at which it holds"
         )
-    if not args.target_rps > 0:
-        raise UsageError("--target-rps must be a positive number of requests per second")
     evidence = load_evidence(args.evidence)
     diagnosis = diagnose(evidence, load_thresholds(args.thresholds), slo=slo)
     limits = limits_from_evidence(evidence, max_batched_tokens=args.max_batched_tokens)
@@ -120,6 +145,11 @@ def plan_from_args(args: argparse.Namespace) -> CapacityPlan:
         trace[:MAX_TRACE_REQUESTS], limits.block_size, max_model_len=max_len if isinstance(max_len, int) else None
     )
     notes = [f"workload: the first {len(items)} requests of {args.trace}"]
+    if approximated := text_tokens(trace[:MAX_TRACE_REQUESTS]):
+        notes.append(
+            f"{approximated} prompts of the trace are text without a stated length: their tokens are approximated "
+            "(the trace analysis's word-piece count); with --active the server's counts replace them"
+        )
     records = _records_beside(args.evidence)
     model = validation = None
     if records:
@@ -128,15 +158,25 @@ def plan_from_args(args: argparse.Namespace) -> CapacityPlan:
             model, validation = fitted.model, fitted.validation
             notes.append(
                 f"model error measured by fitting {fitted.fitted_on} recorded requests and replaying "
-                f"{fitted.held_back} held back; the plan's model is refitted on all of them"
+                f"{fitted.held_back} held back; "
+                + (
+                    "that model, refitted on all of them, is the one the live search is set against"
+                    if args.active
+                    else "the plan's model is refitted on all of them"
+                )
             )
         except ModelError as exc:
             notes.append(f"the recorded requests could not be fitted: {exc}")
     measured = None
     if args.active:
-        live = _search_live(args, trace, items, limits, slo, model)
-        model, validation, measured = live.model, live.validation, live.measured
+        if not args.url:
+            raise UsageError("--active needs --url: the server to measure")
+        busy = _refuse_busy_target(args)
+        live = _search_live(args, trace, items, limits, slo, model, records)
+        model, validation, measured, items = live.model, live.validation, live.measured, list(live.items)
         notes.extend(live.notes)
+        if busy:
+            notes.append(busy)
     if model is None:
         raise UsageError(
             "no measured model: the run folder has no requests.jsonl with enough completed requests. "
@@ -167,24 +207,51 @@ def plan_from_args(args: argparse.Namespace) -> CapacityPlan:
 
 def _load_trace(path: Path, fmt: str) -> tuple:
     from llm_diagnose.probes.load.replay import load_trace
-    from llm_diagnose.probes.traces import TraceFormatError
+    from llm_diagnose.probes.traces import EmptyTraceError, TraceError
 
     try:
         trace = load_trace(path, None if fmt == "auto" else fmt, limit=MAX_TRACE_REQUESTS)
-    except (TraceFormatError, OSError) as exc:
-        raise UsageError(f"--trace {path}: {exc}") from None
+    except EmptyTraceError as exc:  # its message names the file
+        raise UsageError(f"--trace {exc}: a plan needs a trace of at least one request") from None
+    except TraceError as exc:  # its message names the file (and the line)
+        raise UsageError(f"--trace {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--trace {path}: {exc.strerror or exc}") from None
     if not trace:
-        raise UsageError(f"--trace {path}: no request could be read from it")
+        raise UsageError(f"--trace {path}: no request could be read from it: a plan needs at least one")
     return trace
 
 
-def _search_live(args: argparse.Namespace, trace, items, limits, slo, model) -> LiveGoodput:
+def _refuse_busy_target(args: argparse.Namespace) -> str:
+    """The production guard of `--active`: a load test on a server that already serves other
+    clients (its running or waiting requests before anything is sent) is refused unless
+    --allow-busy-target; allowed, the plan's notes say so. A load that cannot be read is said and
+    the search goes on (the search meets an unreachable server itself). Returns the plan's note."""
+    from llm_diagnose.probes.metrics.load_at_start import server_load_before_sending
+
+    load = server_load_before_sending(args.url)
+    if not load.busy:
+        if load.requests is None:
+            print(escape_controls(f"llm-diagnose: note: {load.describe()}"), file=sys.stderr)
+        return ""
+    if not args.allow_busy_target:
+        raise UsageError(
+            f"--active: {load.headline()}; the goodput search pushes it past its SLO, for them too: run it on a "
+            "server that serves no one else, or add --allow-busy-target"
+        )
+    print(escape_controls(f"llm-diagnose: warning: {load.describe()} (--allow-busy-target)"), file=sys.stderr)
+    return (
+        f"the server was already serving {load.requests} request(s) of other clients when the search started "
+        "(--allow-busy-target): the measured goodput is what was left beside them"
+    )
+
+
+def _search_live(args: argparse.Namespace, trace, items, limits, slo, model, records) -> LiveGoodput:
     """`--active`: the live goodput search (llm_diagnose.diagnose.capacity.live), said before it is sent."""
     from llm_diagnose.diagnose.capacity.live import plan_live_search, run_live_search
+    from llm_diagnose.probes.http import redact_url
     from llm_diagnose.probes.load.budget import ActiveBudget
 
-    if not args.url:
-        raise UsageError("--active needs --url: the server to measure")
     try:
         budget = ActiveBudget(args.budget_requests, args.budget_seconds, args.max_rps)
     except ValueError as exc:
@@ -198,9 +265,10 @@ def _search_live(args: argparse.Namespace, trace, items, limits, slo, model) -> 
         budget,
         trial_requests=args.trial_requests,
         steps=args.search_steps,
-        span=args.search_span,
+        factor=args.search_span,
+        records=records,
     )
-    print(search.describe(args.url), file=sys.stderr)
+    print(search.describe(redact_url(args.url)), file=sys.stderr)
     return run_live_search(args.url, search, requests_out=None if args.out is None else args.out / REQUESTS)
 
 

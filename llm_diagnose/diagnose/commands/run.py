@@ -4,28 +4,39 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llm_diagnose.diagnose.collect import RunPlan, run_target
+from llm_diagnose.diagnose.collect import RunPlan, gpu_selection_line, run_target
+from llm_diagnose.diagnose.commands import argtypes
 from llm_diagnose.diagnose.commands.common import (
     add_slo_flags,
     add_trace_flags,
     add_workload_flags,
     declared_facts,
+    load_evidence,
     load_slo,
     load_thresholds,
 )
 from llm_diagnose.diagnose.errors import ExitCode, UsageError
+from llm_diagnose.diagnose.report.content import requests_line
+from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.runfolder import METRICS, out_path, prepare_out_dir
+from llm_diagnose.probes import quantities as Q
 
 # The help names them. (Importing this module loads the probes.experiments package, HTTP client
 # included, until that package's __init__ imports its submodules lazily.)
 from llm_diagnose.probes.experiments.plan import ALL_EXPERIMENTS
+from llm_diagnose.probes.load.budget import DEFAULT_MAX_RPS
 
 if TYPE_CHECKING:
     from llm_diagnose.probes.metrics.window import ScrapeRecord
+
+# A run whose server failed more than this share of the requests it sent exits PARTIAL (4): its
+# figures describe the few requests answered, not the server's service.
+LOST_MOST_FRACTION = 0.5
 
 EXAMPLE = """example:
   llm-diagnose run --url http://127.0.0.1:8000 --duration 60 --out runs/staging
@@ -53,8 +64,20 @@ def register(sub) -> None:
         "http://127.0.0.1:9478/metrics)",
     )
     p.add_argument("--out", required=True, type=out_path, help="run folder (raw samples are written as taken)")
-    p.add_argument("--duration", type=float, default=30.0, metavar="SECONDS", help="observation window (default 30)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="scrape interval (default 1)")
+    p.add_argument(
+        "--duration",
+        type=argtypes.WINDOW_SECONDS,
+        default=30.0,
+        metavar="SECONDS",
+        help="observation window (default 30; at most a week)",
+    )
+    p.add_argument(
+        "--interval",
+        type=argtypes.SCRAPE_INTERVAL,
+        default=1.0,
+        metavar="SECONDS",
+        help=f"scrape interval (default 1; at least {argtypes.MIN_SCRAPE_INTERVAL_S:g})",
+    )
     p.add_argument("--thresholds", metavar="FILE", help="TOML file overriding named thresholds (and its [slo] table)")
     active = p.add_argument_group("active probing (opt-in: sends real requests, within a hard budget)")
     active.add_argument(
@@ -63,12 +86,22 @@ def register(sub) -> None:
         help="also run the experiments (decode latency, interference, heterogeneity, prefix, spec)",
     )
     active.add_argument(
-        "--budget-requests", type=int, default=200, metavar="N", help="at most N requests (default 200)"
+        "--budget-requests", type=argtypes.REQUESTS, default=200, metavar="N", help="at most N requests (default 200)"
     )
     active.add_argument(
-        "--budget-seconds", type=float, default=60.0, metavar="S", help="at most S seconds of load (default 60)"
+        "--budget-seconds",
+        type=argtypes.LOAD_SECONDS,
+        default=60.0,
+        metavar="S",
+        help="at most S seconds of load (default 60)",
     )
-    active.add_argument("--max-rps", type=float, metavar="R", help="at most R request starts per second")
+    active.add_argument(
+        "--max-rps",
+        type=argtypes.RATE,
+        metavar="R",
+        help=f"at most R request starts per second (default {DEFAULT_MAX_RPS:g} for the experiments, a guard for a "
+        "server that serves others; a --replay keeps its recorded timing unless given R)",
+    )
     active.add_argument(
         "--experiments",
         metavar="LIST",
@@ -82,24 +115,74 @@ def register(sub) -> None:
         "inputs.jsonl (the exact bodies), its requests.jsonl (the same lengths), or a trace file; "
         "within the budget (with --active; not with --experiments)",
     )
+    p.add_argument(
+        "--gpus",
+        type=gpu_list,
+        metavar="LIST",
+        help="the server's GPUs, comma-separated NVML indices or UUIDs as `nvidia-smi -L` lists them (default: "
+        "those running the server's processes, else those running any compute process, else every GPU)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument(
+        "--microbench",
+        metavar="EVIDENCE",
+        help="a `llm-diagnose microbench --run` evidence file (or folder) to diagnose with the run: Q5 sets the "
+        "served time per token against its decode step (its microbenchmark keys join the run's evidence)",
+    )
     add_workload_flags(p)
     add_slo_flags(p)
     add_trace_flags(p)
     p.set_defaults(func=run)
 
 
+MAX_GPU_INDEX = 1023  # NVML numbers a node's GPUs from 0; no node has a thousand
+_GPU_INDEX = argtypes.count(0, MAX_GPU_INDEX, what="a GPU index")
+_GPU_UUID = re.compile(r"GPU-[0-9A-Fa-f-]{8,}")
+
+
+def gpu_list(text: str) -> tuple[int | str, ...]:
+    """argparse type of --gpus: comma-separated NVML indices (0,1) or UUIDs (GPU-5d3c...)."""
+    pieces = [p.strip() for p in text.split(",") if p.strip()]
+    if not pieces:
+        raise argparse.ArgumentTypeError(f"{text!r} lists no GPU (indices such as 0,1 or UUIDs such as GPU-5d3c...)")
+    out: list[int | str] = []
+    for piece in pieces:
+        if _GPU_UUID.fullmatch(piece):
+            out.append(piece)
+        elif piece.isdigit():
+            out.append(_GPU_INDEX(piece))
+        else:
+            raise argparse.ArgumentTypeError(
+                f"{piece!r} is neither a GPU index nor a GPU UUID (e.g. 0,1 or GPU-5d3c..., as `nvidia-smi -L` lists; "
+                "for a MIG instance, give its GPU)"
+            )
+    return tuple(dict.fromkeys(out))  # each once, in the order given
+
+
+def _check_gpus(gpus: tuple[int | str, ...]) -> None:
+    """--gpus against this node's GPUs, before the target is touched: one that it lacks is a usage
+    error. Without a driver they cannot be checked; the memory keys then say why nothing was read."""
+    from llm_diagnose.probes.nvml import UnknownGpu, check_gpus
+
+    try:
+        unavailable = check_gpus(gpus)
+    except UnknownGpu as exc:
+        raise UsageError(f"--gpus: {exc}") from None
+    if unavailable is not None:
+        print(f"llm-diagnose: note: --gpus not checked: {unavailable.reason}", file=sys.stderr)
+
+
 class Progress:
     """One status line per scrape on a terminal; a line every 10 scrapes otherwise."""
 
-    def __init__(self, planned: int, stream=sys.stderr) -> None:
+    def __init__(self, planned: int, stream=None) -> None:
         self.planned = planned
-        self.stream = stream
-        self.tty = stream.isatty()
+        self.stream = sys.stderr if stream is None else stream  # the stderr of now, not of the import
+        self.tty = self.stream.isatty()
 
     def __call__(self, record: ScrapeRecord, index: int) -> None:
         state = "ok" if record.ok else f"failed ({record.error})"
-        line = f"[{index + 1}/{self.planned}] scrape {state}"
+        line = escape_controls(f"[{index + 1}/{self.planned}] scrape {state}")  # the error may quote the page
         if self.tty:
             self.stream.write("\r" + line[:100].ljust(100))
             if index + 1 >= self.planned:
@@ -110,12 +193,38 @@ class Progress:
 
 
 def _budget(args: argparse.Namespace):
+    """The active budget; without --max-rps the experiments keep to DEFAULT_MAX_RPS, a replay to
+    its recorded timing (the pattern is what the user asked to send)."""
     from llm_diagnose.probes.load.budget import ActiveBudget
 
+    max_rps = args.max_rps
+    if max_rps is None and args.replay is None:
+        max_rps = DEFAULT_MAX_RPS
     try:
-        return ActiveBudget(max_requests=args.budget_requests, max_seconds=args.budget_seconds, max_rps=args.max_rps)
+        return ActiveBudget(max_requests=args.budget_requests, max_seconds=args.budget_seconds, max_rps=max_rps)
     except ValueError as exc:
         raise UsageError(f"active budget: {exc}") from None
+
+
+def _will_send(args: argparse.Namespace, budget, plan_text: str) -> str:
+    """The line printed before anything is sent: the budget (and where its rate is the default), then the plan."""
+    rate = (
+        " (the default --max-rps, a guard for a server that serves others: give --max-rps to change it)"
+        if args.max_rps is None and budget.max_rps is not None
+        else ""
+    )
+    return escape_controls(f"llm-diagnose: --active will send, {budget.describe()}{rate}:\n{plan_text}")
+
+
+def _load_before_sending(args: argparse.Namespace):
+    """One read of the server's running and waiting requests before the first is sent; where it
+    already serves others, one line says so (the run goes on: its experiments are bounded)."""
+    from llm_diagnose.probes.metrics.load_at_start import server_load_before_sending
+
+    load = server_load_before_sending(args.url, args.metrics_url)
+    if load.busy:
+        print(escape_controls(f"llm-diagnose: warning: {load.describe()}"), file=sys.stderr)
+    return load
 
 
 def _read_replay(args: argparse.Namespace):
@@ -153,10 +262,11 @@ def _replay_hook(args: argparse.Namespace, source):
                 return None  # run_target meets the same failure and says so
 
     plan = plan_replay(source, budget, asyncio.run(served()))
-    print(f"llm-diagnose: --active will send, {budget.describe()}:\n{plan.describe()}", file=sys.stderr)
+    load = _load_before_sending(args)
+    print(_will_send(args, budget, plan.describe()), file=sys.stderr)
 
     async def active(base_url, found, run_dir):
-        return await run_replay(base_url, plan, budget, run_dir)
+        return {**load.evidence(), **await run_replay(base_url, plan, budget, run_dir)}
 
     return active
 
@@ -174,23 +284,34 @@ def _active_hook(args: argparse.Namespace):
         )
     budget = _budget(args)
     plan = asyncio.run(prepare_plan(args.url, None, budget, chosen))  # GET /v1/models only
-    print(f"llm-diagnose: --active will send, {budget.describe()}:\n{describe_plan(plan)}", file=sys.stderr)
+    load = _load_before_sending(args)
+    print(_will_send(args, budget, describe_plan(plan)), file=sys.stderr)
 
     async def active(base_url, found, run_dir):
-        return await run_experiments(base_url, found.model, budget, run_dir, plan=plan, metrics_url=found.metrics_url)
+        # Discovery's facts (max_num_seqs, the step budget where the server shows its configuration)
+        # size the experiments, with the calibration request's measured speed.
+        results = await run_experiments(
+            base_url, found.model, budget, run_dir, plan=plan, metrics_url=found.metrics_url, engine_facts=found.facts
+        )
+        return {**load.evidence(), **results}
 
     return active
 
 
 def run(args: argparse.Namespace) -> int:
     from llm_diagnose.diagnose.report import console
+    from llm_diagnose.probes.http import redact_url
 
-    if args.duration <= 0 or args.interval <= 0:
-        raise UsageError("--duration and --interval must be positive numbers of seconds")
     if args.interval > args.duration:
         raise UsageError(f"--interval ({args.interval:g} s) is longer than --duration ({args.duration:g} s)")
     thresholds, slo = load_thresholds(args.thresholds), load_slo(args)  # before the target is touched
+    extra = declared_facts(args)
+    if args.microbench:  # read before the target is touched; its own keys only (join_evidence's rule)
+        bench = load_evidence(args.microbench).items
+        extra = {**{k: v for k, v in bench.items() if Q.is_microbench_key(k)}, **extra}
     replay = _read_replay(args) if args.replay is not None else None  # bad input: nothing sent
+    if args.gpus:
+        _check_gpus(args.gpus)
     prepare_out_dir(args.out)  # an unusable --out fails now, not after the window
     if replay is not None:
         active = _replay_hook(args, replay)
@@ -204,18 +325,20 @@ def run(args: argparse.Namespace) -> int:
         interval_s=args.interval,
         thresholds=thresholds,
         slo=slo,
-        extra_items=declared_facts(args),
+        extra_items=extra,
         metrics_url=args.metrics_url,
         trace=args.trace,
         trace_format=args.trace_format,
         block_size=args.block_size,
         kv_capacity_tokens=args.kv_capacity_tokens,
+        gpus=args.gpus,
     )
     planned = int(duration // args.interval) + 1
     if not args.quiet:
         mode = "active: the requests above, within the budget" if active else "passive: no requests sent"
         print(
-            f"llm-diagnose: watching {args.url} for {duration:g} s ({mode}); raw scrapes -> {args.out}/metrics.jsonl",
+            f"llm-diagnose: watching {redact_url(args.url)} for {duration:g} s ({mode}); "
+            f"raw scrapes -> {args.out}/metrics.jsonl",
             file=sys.stderr,
         )
     try:
@@ -229,6 +352,8 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.INTERRUPTED
     sys.stdout.write(console.render(result.diagnosis, result.evidence, verbose=False))
     print(f"\nrun folder: {result.out_dir} (evidence.json, diagnosis.json, summary.txt, metrics.jsonl)")
+    if gpu_line := gpu_selection_line(result.evidence.items):
+        print(escape_controls(f"llm-diagnose: note: {gpu_line}"), file=sys.stderr)
     if result.restarts:
         print(
             f"llm-diagnose: the server restarted during the window ({len(result.restarts)} time(s)); "
@@ -237,7 +362,18 @@ def run(args: argparse.Namespace) -> int:
         )
     if result.partial:
         print(
-            f"llm-diagnose: error: partial run: {result.partial}; the diagnosis covers what was measured",
+            escape_controls(
+                f"llm-diagnose: error: partial run: {result.partial}; the diagnosis covers what was measured"
+            ),
+            file=sys.stderr,
+        )
+        return ExitCode.PARTIAL
+    lost = result.evidence.measurement(Q.ACTIVE_FAILED_FRACTION)
+    if lost is not None and lost.value > LOST_MOST_FRACTION:
+        sent = requests_line(result.evidence)
+        print(
+            f"llm-diagnose: error: the server failed most of the requests sent: {sent[0] if sent else lost.note}; "
+            f"the diagnosis covers only the requests it answered (see {args.out}/requests.jsonl and the server's log)",
             file=sys.stderr,
         )
         return ExitCode.PARTIAL

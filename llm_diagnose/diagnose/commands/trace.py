@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llm_diagnose.diagnose.commands import argtypes
 from llm_diagnose.diagnose.commands.common import dumps, load_thresholds
 from llm_diagnose.diagnose.errors import UsageError
 from llm_diagnose.diagnose.runfolder import check_out_file, out_path, write_output
@@ -24,26 +25,6 @@ q2.dynamic_prefix_critical), the same ones decide uses on the --evidence-out fil
 Prompt text is never printed (lengths, positions, hashes and categories only) unless --show-text."""
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
-    return value
-
-
 def register(sub) -> None:
     p = sub.add_parser(
         "trace",
@@ -56,21 +37,21 @@ def register(sub) -> None:
     p.add_argument("--format", default="auto", choices=("auto",) + FORMATS, help="trace format (default: detect)")
     p.add_argument(
         "--block-size",
-        type=_positive,
+        type=argtypes.TOKENS,
         metavar="N",
         help="prefix-cache block size in tokens (default 16 as vLLM on GPU; 128 for vLLM on CPU; "
         "Mooncake hash ids fix 512)",
     )
     p.add_argument(
         "--kv-capacity-tokens",
-        type=_positive,
+        type=argtypes.TOKENS,
         metavar="N",
         help="also simulate an LRU prefix cache of N tokens (the server's KV capacity)",
     )
     p.add_argument("--tokenizer", metavar="DIR", help="model directory (tokenizer.json) for exact token counts")
     p.add_argument(
         "--assume-tpot-ms",
-        type=_positive_float,
+        type=argtypes.number_above(0.0, argtypes.MAX_TPOT_MS, what="milliseconds per output token"),
         metavar="MS",
         help="time per output token, to estimate concurrency when the trace has no completion times",
     )

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
+from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.report.svg import BLUE, GREEN, GREY, ORANGE, PURPLE, Chart
 from llm_diagnose.diagnose.runfolder import CAPACITY_PLAN as PLAN_FILE  # the run folder reads it (RunFolder)
 
@@ -24,16 +25,39 @@ def _rate(v: float | None) -> str:
     return "-" if v is None else f"{v:.3g}/s"
 
 
+def _replicas(s: Mapping[str, Any]) -> str:
+    """The replica count, or past the plan's bound its words (capacity.plan.MAX_REPLICAS)."""
+    if s.get("replicas_more_than"):
+        return f"more than {s['replicas_more_than']:,}"
+    return "-" if s["replicas"] is None else str(s["replicas"])
+
+
+def _goodput_cell(s: Mapping[str, Any]) -> str:
+    """The goodput as the plan stands behind it: measured or modelled, clipped to the ceiling, extrapolated."""
+    g = s["goodput_per_replica_rps"]
+    if g is None:
+        return "no rate in range"
+    bound = {"at-least": "at least ", "below-range": "below "}.get(s["bound"], "")
+    text = f"{bound}{_rate(g)}"
+    if s.get("source") == "measured":
+        text += " measured"
+    if s.get("extrapolation"):
+        low, high = s.get("goodput_low_rps"), s.get("goodput_high_rps")
+        text += f" (extrapolated: {'below range' if low is None else _rate(low)} to {_rate(high)}"
+        text += ", the high end the engine's ceiling)" if s.get("clipped_to_ceiling") else ")"
+    elif s.get("clipped_to_ceiling"):
+        text += " (the engine's ceiling)"
+    return text
+
+
 def _rows(plan: Mapping[str, Any]) -> list[list[str]]:
     rows = []
     for s in plan["scenarios"]:
-        g = s["goodput_per_replica_rps"]
-        bound = {"at-least": "at least ", "below-range": "below "}.get(s["bound"], "")
         rows.append(
             [
                 s["name"],
-                f"{bound}{_rate(g)}" if g is not None else "no rate in range",
-                "-" if s["replicas"] is None else str(s["replicas"]),
+                _goodput_cell(s),
+                _replicas(s),
                 "-" if s["gpus"] is None else str(s["gpus"]),
                 s["assumption"],
             ]
@@ -44,15 +68,37 @@ def _rows(plan: Mapping[str, Any]) -> list[list[str]]:
 def _error_text(plan: Mapping[str, Any]) -> str:
     err = plan.get("model_error")
     if not err or err.get("max_abs_error") is None:
-        return "model error: not validated (no held-back measurements)"
-    return f"model error against what the server did (held-back requests), {err['summary']}"
+        text = "model error: not validated (no held-back measurements)"
+    else:
+        text = f"model error against what the server did (held-back requests), {err['summary']}"
+    if plan.get("model_error_at_plan"):
+        text += f"; where the plan runs: {plan['model_error_at_plan']}"
+    return text
+
+
+def _bounds_lines(plan: Mapping[str, Any]) -> list[str]:
+    """The engine's ceiling and the model's fitted range, each where the plan has it."""
+    out = []
+    today = plan["scenarios"][0] if plan.get("scenarios") else {}
+    if today.get("ceiling"):
+        out.append(f"engine ceiling (no goodput above it is printed): {today['ceiling']}")
+    fitted = (plan.get("model") or {}).get("fitted_range")
+    if fitted:
+        out.append(
+            f"model fitted on: 1-{fitted['max_sequences']} sequences, up to {fitted['max_step_tokens']:,} tokens a "
+            f"step and {fitted['max_rate_rps']:.3g} requests/s; beyond that a goodput is marked extrapolated"
+        )
+    for s in plan.get("scenarios", []):
+        if s.get("per_sequence_cost_note"):
+            out.append(f"{s['name']}: {s['per_sequence_cost_note']}")
+    return out
 
 
 def _measured_text(plan: Mapping[str, Any]) -> str | None:
     m = plan.get("measured_goodput")
     if not m or not m.get("measured"):
         return None
-    live, pred = m["measured"], m.get("predicted") or {}
+    live, pred, before = m["measured"], m.get("predicted") or {}, m.get("predicted_before_search") or {}
 
     def one(s: dict) -> str:
         if s["bound"] == "below-range":
@@ -60,10 +106,15 @@ def _measured_text(plan: Mapping[str, Any]) -> str | None:
             return "no trial judged" if low is None else f"below {low:.3g}/s"
         return ("at least " if s["bound"] == "at-least" else "") + _rate(s["goodput_rps"])
 
-    return (
+    text = (
         f"goodput of one replica, same workload and SLO: measured {one(live)} "
-        f"({len(live['trials'])} live trials), predicted {one(pred) if pred else '-'}"
+        f"({len(live['trials'])} live trials), predicted {one(pred) if pred else '-'} by the plan's model for "
+        "the same trials"
     )
+    if before:
+        text += f" ({one(before)} by the model fitted before the search)"
+    at = m.get("error_at_rate") or {}
+    return text + (f"; {at['summary']}" if at.get("summary") else "")
 
 
 def console_text(plan: Mapping[str, Any]) -> str:
@@ -75,6 +126,7 @@ def console_text(plan: Mapping[str, Any]) -> str:
         f"{plan['model']['request_overhead_s'] * 1e3:.2f} ms per request, one at a time, and "
         f"{plan['model'].get('request_latency_s', 0.0) * 1e3:.2f} ms of overlapping latency",
         f"  {_error_text(plan)}",
+        *(f"  {line}" for line in _bounds_lines(plan)),
         f"  GPUs per replica: {plan['tensor_parallel_size']} ({plan['tensor_parallel_source']})",
     ]
     if (m := _measured_text(plan)) is not None:
@@ -87,7 +139,7 @@ def console_text(plan: Mapping[str, Any]) -> str:
     out.append("")
     out += [f"  assumes: {a}" for a in plan.get("assumptions", [])]
     out += [f"  note: {n}" for n in plan.get("notes", [])]
-    return "\n".join(out) + "\n"
+    return escape_controls("\n".join(out) + "\n")  # the workload's and the server's words, shown not obeyed
 
 
 def markdown_lines(plan: Mapping[str, Any]) -> list[str]:
@@ -103,6 +155,8 @@ def markdown_lines(plan: Mapping[str, Any]) -> list[str]:
         ),
         "",
         text(_error_text(plan)) + ".",
+        "",
+        *(f"- {text(line)}" for line in _bounds_lines(plan)),
         "",
     ]
     if (m := _measured_text(plan)) is not None:
@@ -166,6 +220,7 @@ def html_section(plan: Mapping[str, Any]) -> str:
         f"{escape(', '.join(plan['slo']))}; workload {escape(plan['workload'])}; "
         f"{escape(str(plan['tensor_parallel_size']))} GPU(s) per replica "
         f"({escape(plan['tensor_parallel_source'])}).</p><p>{escape(_error_text(plan))}.</p>"
+        + "".join(f"<p>{escape(line)}.</p>" for line in _bounds_lines(plan))
         + (f"<p>{escape(measured)}.</p>" if measured else "")
         + table
         + figure

@@ -2,11 +2,14 @@
 
 The engine line, the settings shown and the SLO summary come from the reports' shared content
 model (`llm_diagnose.diagnose.report.content`), so the terminal and the reports cannot disagree.
+The finished text goes through `control_chars.escape_controls`: a model name or a label from the
+server can carry terminal escapes, and this text is printed and written to summary.txt.
 """
 
 from __future__ import annotations
 
-from llm_diagnose.diagnose.report.content import engine_line, shown_settings, slo_summary
+from llm_diagnose.diagnose.report.content import engine_line, requests_line, shown_settings, slo_summary
+from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes import quantities as Q
@@ -33,6 +36,9 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, verbose: b
     add = out.append
     add(f"llm-diagnose: {diagnosis.target or 'target'} ({_engine_line(diagnosis, evidence)})")
     add("")
+    sent = requests_line(evidence)
+    if sent is not None:
+        add(f"Requests: {sent[0]}")
     add(f"Bottleneck: {diagnosis.bottleneck}")
     subject = f": {diagnosis.headline_subject}" if diagnosis.headline_subject else ""
     add(f"Headline: {diagnosis.headline_kind}{subject}")
@@ -104,4 +110,4 @@ def render(diagnosis: Diagnosis, evidence: Evidence | None = None, *, verbose: b
     add("")
     add("technique status: " + "  ".join(f"{_MARK[r.status]}{r.technique}" for r in diagnosis.recommendations))
     add("legend: + recommended  ! not working  = in place  ~ on, not verified  ? unknown")
-    return "\n".join(out) + "\n"
+    return escape_controls("\n".join(out) + "\n")

@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from llm_diagnose.diagnose.report.control_chars import escape_controls_in_json
 from llm_diagnose.diagnose.tree.diagnosis import Comparison, Diagnosis, Recommendation
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes import quantities as Q
@@ -43,6 +44,7 @@ __all__ = [
     "redact_marker",
     "slo_summary",
     "prompt_scrubber",
+    "requests_line",
 ]
 
 REPORT_SCHEMA = "llm-diagnose/report"
@@ -183,6 +185,21 @@ def _evidence_rows(evidence: Evidence | None, keys: Iterable[str], scrub: _Redac
             }
         )
     return rows
+
+
+def requests_line(evidence: Evidence | None) -> tuple[str, bool] | None:
+    """What became of the requests an active run sent, and whether any failed: the first thing
+    every output says after the target, so a server that failed half its requests never reads
+    as a fast one. None for a passive run (it sent nothing)."""
+    failed = evidence.measurement(Q.ACTIVE_FAILED_FRACTION) if evidence is not None else None
+    sent = evidence.measurement(Q.ACTIVE_REQUESTS_SENT) if evidence is not None else None
+    if failed is None or sent is None:
+        return None
+    n = int(sent.value)
+    lost = round(failed.value * n)
+    if not lost:
+        return f"{n} sent, none failed", False
+    return f"{lost} of {n} sent FAILED ({failed.value:.0%}; {failed.note})", True
 
 
 def engine_line(diagnosis: Diagnosis, evidence: Evidence | None) -> str:
@@ -346,6 +363,7 @@ def content(
         "version": REPORT_VERSION,
         "title": f"llm-diagnose: {scrub(diagnosis.target) or 'target'}",
         "engine": engine_line(diagnosis, evidence),
+        "requests": None if (line := requests_line(evidence)) is None else {"text": line[0], "failed": line[1]},
         "bottleneck": scrub(diagnosis.bottleneck),
         "headline": {"kind": diagnosis.headline_kind, "subject": diagnosis.headline_subject},
         "sanity": [{"key": f.key, "problem": scrub(f.problem)} for f in diagnosis.sanity],
@@ -392,4 +410,5 @@ def render(
     doc["diagnosis"] = _scrub_all(diagnosis.to_dict(), scrub)
     if run is not None and run.capacity_plan is not None:
         doc["capacity_plan"] = _scrub_all(run.capacity_plan, scrub)
-    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    # ensure_ascii=False keeps non-ASCII text readable; the controls json leaves raw become \uXXXX.
+    return escape_controls_in_json(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n")

@@ -15,6 +15,7 @@ from html import escape
 
 from llm_diagnose.diagnose.report import capacity
 from llm_diagnose.diagnose.report.content import content
+from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.report.figures import Figure, figures
 from llm_diagnose.diagnose.runfolder import RunFolder
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
@@ -30,6 +31,7 @@ color:#1d1d1f;line-height:1.45}
 h1{font-size:1.5em;margin:.2em 0}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
 h3{margin:.3em 0;font-size:1.1em}code{background:#f2f2f2;padding:.1em .3em;border-radius:3px;font-size:.92em}
 .sub{color:#555}.bottleneck{font-size:1.2em;background:#fff8e5;border-left:5px solid #E69F00;padding:.6em .9em}
+.failed{background:#fde8e8;border-left:5px solid #c00;padding:.6em .9em}
 .rec{border:1px solid #ddd;border-radius:6px;padding:.6em .9em;margin:.6em 0}
 .rec.not-working{border-left:5px solid #D55E00}.rec.recommended{border-left:5px solid #0072B2}
 .badge{display:inline-block;font-size:.8em;padding:.05em .5em;border-radius:9px;background:#eee;margin-left:.4em}
@@ -70,6 +72,11 @@ def table(headers: list[str] | None, rows: list[list[str]], *, raw: bool = False
 def _verdict(c: dict) -> str:
     out = [
         '<section id="verdict"><h2>Verdict</h2>',
+        *(
+            [f'<p class="{"failed" if r["failed"] else "sub"}"><strong>Requests:</strong> {escape(r["text"])}</p>']
+            if (r := c["requests"])
+            else []
+        ),
         f'<p class="bottleneck"><strong>Bottleneck:</strong> {escape(c["bottleneck"])}</p>',
         f'<p class="sub">headline: <code>{escape(c["headline"]["kind"])}</code>'
         + (f" <code>{escape(c['headline']['subject'])}</code>" if c["headline"]["subject"] else "")
@@ -262,8 +269,12 @@ def render(
 
 
 def page(title: str, body: str, extra_style: str = "") -> str:
-    """A whole self-contained document around `body` (already escaped): the CSP, the style, the title."""
-    return (
+    """A whole self-contained document around `body` (already escaped): the CSP, the style, the title.
+
+    html.escape leaves control characters; they are written visibly (`\\x1b`), so a page that is
+    `cat` to a terminal cannot drive it (control_chars).
+    """
+    return escape_controls(
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{escape(CSP)}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

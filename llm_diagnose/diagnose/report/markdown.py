@@ -5,7 +5,9 @@ order as the HTML report, without plots: PR comments do not show inline SVG), an
 `render_gate(result)`, the gate's summary. Every string from the evidence, the diagnosis or
 a rules file goes through `cell()` or `text()`, which escape what Markdown or the HTML a
 Markdown renderer lets through would act on: pipes (they split table cells), backticks,
-emphasis and link characters, angle brackets and ampersands, and newlines.
+emphasis and link characters, angle brackets and ampersands, and newlines. Each finished
+document goes through `control_chars.escape_controls` (terminal escapes in a model name or a label
+shown, not obeyed, where the file is printed in a CI log).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.report import capacity
 from llm_diagnose.diagnose.report.content import content
+from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 
@@ -73,6 +76,7 @@ def render(
         "",
         f"engine {text(c['engine'])}",
         "",
+        *([f"**Requests:** {text(c['requests']['text'])}", ""] if c["requests"] else []),
         f"**Bottleneck:** {text(c['bottleneck'])}",
         "",
         f"**Headline:** {code(c['headline']['kind'])}"
@@ -149,7 +153,7 @@ def render(
     out += _table(["", ""], [[cell(k), cell(v)] for k, v in c["provenance"]])
     if run is not None and run.capacity_plan is not None:
         out += capacity.markdown_lines(run.capacity_plan)
-    return "\n".join(out)
+    return escape_controls("\n".join(out))
 
 
 def render_gate(result: GateResult) -> str:
@@ -180,4 +184,4 @@ def render_gate(result: GateResult) -> str:
     ]
     out += _table(["rule", "verdict", "baseline", "current", "change (CI)", "tolerance", "how"], rows)
     out.append(text(result.method_note()))
-    return "\n".join(out) + "\n"
+    return escape_controls("\n".join(out) + "\n")

@@ -113,6 +113,24 @@ def aa_drift(before: RunSide, control: RunSide, settings: GateSettings) -> str:
     )
 
 
+def same_run(before: RunSide, control: RunSide) -> str | None:
+    """How CONTROL is BEFORE itself rather than another run of it, or None: the same folder, or a
+    copy (every request record the same, send times and token arrivals included; for passive
+    runs, the same evidence). Two runs never time a request alike to the tenth of a microsecond."""
+    try:
+        if before.folder.path.resolve() == control.folder.path.resolve():
+            return "the same folder"
+    except OSError:
+        pass
+    b_req, c_req = before.folder.requests, control.folder.requests
+    if b_req or c_req:
+        return "the same requests, timed alike to the microsecond: a copy" if b_req == c_req else None
+    b_ev, c_ev = before.folder.evidence, control.folder.evidence
+    if b_ev is not None and c_ev is not None and b_ev.to_dict() == c_ev.to_dict():
+        return "the same evidence, item for item: a copy"
+    return None
+
+
 def verify_bracketed(
     before: RunSide,
     after: RunSide,
@@ -127,6 +145,12 @@ def verify_bracketed(
     side effects leave out the same claimed keys, so the two comparisons judge the same things.
     """
     settings = settings or GateSettings()
+    same = same_run(before, control)
+    if same is not None:
+        raise UsageError(
+            f"--control {control.label} is BEFORE itself ({same}), so there would be no A/A check: pass a second "
+            "run of BEFORE's configuration, on a fresh server"
+        )
     differs = [c for c in config_diff(before.evidence, control.evidence) if c.set_differently]
     if differs:
         shown = ", ".join(f"{c.key} {c.before or '-'} vs {c.after or '-'}" for c in differs)

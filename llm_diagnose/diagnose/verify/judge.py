@@ -25,13 +25,16 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from llm_diagnose.diagnose.gate import compare_metric, request_measurements
 from llm_diagnose.diagnose.gate_result import Outcome
 from llm_diagnose.diagnose.gate_rules import (
     DEFAULT_METRICS,
     REQUEST_E2E_P50,
+    REQUEST_FAILED_FRACTION,
     REQUEST_TPOT_P50,
     REQUEST_TTFT_P50,
     REQUEST_TTFT_P99,
@@ -185,6 +188,57 @@ def config_diff(before: Evidence, after: Evidence) -> tuple[ConfigChange, ...]:
     return tuple(out)
 
 
+# What else than the server's settings can differ between two runs: the engine, where it runs, and
+# when. Each is a row of "What changed" (with no technique: it can be behind anything).
+ENGINE_KEYS = (Q.ENGINE_NAME, Q.ENGINE_VERSION)
+# The server's host (not its port: two servers of one host on two ports are the usual A/B).
+TARGET_KEY = "target.host"
+DIAGNOSER_HOST_KEY = "diagnoser.host"  # the machine llm-diagnose ran on (the client's, and the host rule's)
+
+
+def _host(url: str | None) -> str | None:
+    try:
+        return urlsplit(url).hostname if url else None
+    except ValueError:
+        return None
+
+
+def target_diff(before: Evidence, after: Evidence) -> tuple[ConfigChange, ...]:
+    """The engine (name, version), the target's host and the diagnoser's host of each run, where
+    either run knows them: a change of any of them is a change too, and no technique's."""
+    pairs = [(k, before.fact(k), after.fact(k)) for k in ENGINE_KEYS]
+    pairs.append((TARGET_KEY, _host(before.target.url), _host(after.target.url)))
+    pairs.append((DIAGNOSER_HOST_KEY, before.host or None, after.host or None))
+    out = []
+    for key, b, a in pairs:
+        if b is None and a is None:
+            continue
+        change: ChangeKind = (
+            "newly-known" if b is None else "no-longer-known" if a is None else "same" if b == a else "changed"
+        )
+        out.append(ConfigChange(key, _shown(b), _shown(a), "", change))
+    return tuple(out)
+
+
+def _created(ev: Evidence) -> datetime | None:
+    try:
+        return datetime.fromisoformat(ev.created_at)
+    except (TypeError, ValueError):
+        return None
+
+
+def not_the_same_target(before: Evidence, after: Evidence, target: Sequence[ConfigChange]) -> str | None:
+    """Why BEFORE and AFTER are not two runs of one server in order, or None where they are: another
+    engine version, another target or diagnoser host, or AFTER taken before BEFORE. A gain (or a
+    loss) between them may be that difference's, so no claim is credited with it. (Another engine
+    altogether is not comparable at all: `compare_workloads`.)"""
+    why = [f"{c.key} {c.before} -> {c.after}" for c in target if c.change == "changed"]
+    b_t, a_t = _created(before), _created(after)
+    if b_t is not None and a_t is not None and a_t.tzinfo == b_t.tzinfo and a_t < b_t:
+        why.append(f"AFTER ({after.created_at}) was taken before BEFORE ({before.created_at}): were they swapped?")
+    return "; ".join(why) or None
+
+
 def identify_adopted(config: Sequence[ConfigChange], before: Diagnosis) -> tuple[AdoptedTechnique, ...]:
     """The techniques the configuration diff shows adopted; with none, those BEFORE recommended."""
     why: dict[str, list[str]] = {}
@@ -234,10 +288,25 @@ class _Workload:
     in_flight: float | None
 
 
-def _workload(records: Sequence[RequestRecord]) -> _Workload:
-    prompts = [p for r in records if (p := r.prompt_tokens or r.planned_prompt_tokens)]
+def _prompt_tokens(r: RequestRecord) -> int | None:
+    return r.prompt_tokens or r.planned_prompt_tokens
+
+
+def _workload(records: Sequence[RequestRecord], other: Sequence[RequestRecord]) -> _Workload:
+    """The load one run put on the server, judged on what it *sent*: a request the server failed
+    keeps its prompt (its own length where known, else the same request's in the other run: a
+    replay sends the same bodies under the same ids), and output lengths are compared over the
+    requests both runs completed where they share ids. A change that makes the server reject the
+    long half of a workload is then half the requests failed, not a shorter workload."""
+    theirs = {r.request_id: r for r in other}
+    prompts = [
+        p
+        for r in records
+        if (p := _prompt_tokens(r) or (_prompt_tokens(theirs[r.request_id]) if r.request_id in theirs else None))
+    ]
     done = [r for r in records if r.completed]
-    outputs = [r.tokens_out for r in done]
+    both = [r for r in done if r.request_id in theirs and theirs[r.request_id].completed]
+    outputs = [r.tokens_out for r in (both or done)]
     sends = sorted(r.t_send for r in records)
     span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
     ends = [r.t_send + r.t_end for r in records if r.t_end is not None]
@@ -259,12 +328,15 @@ def compare_workloads(before: RunSide, after: RunSide) -> Comparability:
     b_model, a_model = before.evidence.fact(Q.ENGINE_MODEL), after.evidence.fact(Q.ENGINE_MODEL)
     if b_model and a_model and b_model != a_model:
         reasons.append(f"different models: {b_model} before, {a_model} after")
+    b_engine, a_engine = before.evidence.fact(Q.ENGINE_NAME), after.evidence.fact(Q.ENGINE_NAME)
+    if b_engine and a_engine and b_engine != a_engine:
+        reasons.append(f"different engines: {b_engine} before, {a_engine} after (another server, not a change of one)")
     b_req, a_req = before.folder.requests, after.folder.requests
     if (b_req is None) != (a_req is None):
         which = "BEFORE" if b_req is None else "AFTER"
         reasons.append(f"{which} has no {REQUESTS} (a passive run) and the other has: different kinds of run")
     elif b_req is not None and a_req is not None:
-        bw, aw = _workload(b_req), _workload(a_req)
+        bw, aw = _workload(b_req, a_req), _workload(a_req, b_req)
         for name in sorted(set(bw.per_experiment) | set(aw.per_experiment)):
             checks.append(
                 _check(
@@ -460,6 +532,11 @@ METRIC_PARTS: dict[str, frozenset[Part]] = {
     Q.SPEC_ACCEPTANCE_RATE: frozenset({"speculation"}),
 }
 
+# What any change can make worse, whatever the technique: a setting that does not fit the server
+# (a shorter max_model_len, a KV cache that no longer holds the longest request, a flag some inputs
+# trip over) fails requests that were answered before.
+ANY_CHANGE_CAN_CAUSE: frozenset[str] = frozenset({REQUEST_FAILED_FRACTION})
+
 
 def unattributed(key: str, config: Sequence[ConfigChange]) -> str | None:
     """Why a metric that got worse between the runs is not the change's doing, or None when it can be.
@@ -472,6 +549,8 @@ def unattributed(key: str, config: Sequence[ConfigChange]) -> str | None:
     time spans the decode) is not attributed, since the parts the change can worsen are judged on
     rows of their own (TTFT: queue and prefill).
     """
+    if key in ANY_CHANGE_CAN_CAUSE:
+        return None
     techniques = sorted({c.technique for c in config if c.set_differently})
     if not techniques or "" in techniques:
         return None
@@ -621,8 +700,9 @@ def verify(
     before: RunSide, after: RunSide, *, change_note: str = "", settings: GateSettings | None = None
 ) -> VerifyResult:
     settings = settings or GateSettings()
-    config = config_diff(before.evidence, after.evidence)
+    config = config_diff(before.evidence, after.evidence) + target_diff(before.evidence, after.evidence)
     adopted = identify_adopted(config, before.diagnosis)
+    elsewhere = not_the_same_target(before.evidence, after.evidence, config)
     comparability = compare_workloads(before, after)
     sides = (("BEFORE", before), ("AFTER", after))
     notes = [f"{side}: {line}" for side, run in sides for line in run.folder.skipped_notes()]
@@ -632,8 +712,20 @@ def verify(
             "no configuration change discovered between the runs (the change may be outside what the probes see): "
             "judging the techniques BEFORE's diagnosis recommended"
         )
+    for side, run in sides:
+        failed = run.evidence.measurement(REQUEST_FAILED_FRACTION)
+        if failed is not None and failed.value > settings.max_failed_fraction:
+            notes.append(
+                f"{side}: {failed.note}, more than {settings.max_failed_fraction:.0%}: its latencies cover only the "
+                "requests the server answered (requests.jsonl has each fault)"
+            )
     if not adopted:
         notes.append("no technique to judge: none adopted, none recommended")
+    if elsewhere is not None:
+        notes.append(
+            f"not two runs of one server in order ({elsewhere}): no claim is credited or blamed on the technique; "
+            "verify two runs of the same server, BEFORE first"
+        )
     if (host := host_load_change(before.evidence, after.evidence)) is not None:
         notes.append(
             f"the host changed under the server: {_reword(host)}; timed claims and side effects that moved are "
@@ -654,6 +746,13 @@ def verify(
     claims = tuple(
         claim for t in adopted for claim in judge_technique(t.technique, before.evidence, after.evidence, settings)
     )
+    if elsewhere is not None:
+        claims = tuple(
+            replace(c, verdict="cannot-tell", basis=f"{c.basis}; not credited: {elsewhere}")
+            if c.verdict in ("delivered", "made-it-worse")
+            else c
+            for c in claims
+        )
     claimed = claimed_keys(claims)
     return replace(
         result,

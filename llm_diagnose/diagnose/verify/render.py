@@ -1,6 +1,7 @@
 """verify's outputs: the terminal text, JSON, JUnit XML (like the gate's) and Markdown.
 
-Pure functions of a `VerifyResult` (llm_diagnose.diagnose.verify.result).
+Pure functions of a `VerifyResult` (llm_diagnose.diagnose.verify.result). The text and Markdown
+outputs go through `control_chars.escape_controls`: labels and notes can carry terminal escapes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import UTC, datetime
 
 # XML 1.0 cannot carry control characters even escaped: the gate drops them, and so does verify.
 from llm_diagnose.diagnose.gate_render import xml_safe
+from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.report.markdown import cell, code, text
 from llm_diagnose.diagnose.verify.result import SideEffect, VerifyResult
 
@@ -112,7 +114,7 @@ def render_text(result: VerifyResult) -> str:
         if counts:
             out += ["", counts]
     out += ["", *result.notes, result.method]
-    return "\n".join(out).rstrip("\n") + "\n"
+    return escape_controls("\n".join(out).rstrip("\n") + "\n")
 
 
 def render_json(result: VerifyResult) -> str:
@@ -209,4 +211,4 @@ def render_markdown(result: VerifyResult) -> str:
                 ["objective", "before", "after"], [[s.objective, s.before, s.after] for s in result.slo]
             )
     out += [f"_{text(n)}_" for n in result.notes] + ["", f"_{text(result.method)}_"]
-    return "\n".join(out).rstrip("\n") + "\n"
+    return escape_controls("\n".join(out).rstrip("\n") + "\n")

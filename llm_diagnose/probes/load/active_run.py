@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.load.failures import tally_failures
 from llm_diagnose.probes.load.records import EVENTS_FILE, INPUTS_FILE, REQUESTS_FILE, JsonlWriter, RequestSpec
 from llm_diagnose.probes.load.runner import Driver
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result
@@ -64,20 +65,16 @@ def run_summary(driver: Driver, source: str, window_s: float) -> dict[str, Resul
     if not records:
         why = driver.server_gone or "no request was sent"
         return {k: NotMeasured(why) for k in (Q.ACTIVE_REQUESTS_SENT, Q.ACTIVE_FAILED_FRACTION)}
-    failed = [r for r in records if r.server_fault]
-    kinds: dict[str, int] = {}
-    for r in failed:
-        if r.fault is not None:  # (a server fault always is one)
-            kinds[r.fault.value] = kinds.get(r.fault.value, 0) + 1
-    detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])) or "none"
+    tally = tally_failures(records)
     return {
         Q.ACTIVE_REQUESTS_SENT: Measurement(
-            float(len(records)), "count", prov, note=f"{driver.not_sent} more were planned but not sent (budget)"
+            float(tally.sent), "count", prov, note=f"{driver.not_sent} more were planned but not sent (budget)"
         ),
         Q.ACTIVE_FAILED_FRACTION: Measurement(
-            len(failed) / len(records),
+            tally.fraction,
             "fraction",
             prov,
-            note=f"faults: {detail}" + (f"; {driver.server_gone}" if driver.server_gone else ""),
+            samples=tally.outcomes,
+            note=f"faults: {tally.kinds_text()}" + (f"; {driver.server_gone}" if driver.server_gone else ""),
         ),
     }

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import math
 import resource
 import socket
 import statistics
@@ -45,33 +46,65 @@ from llm_diagnose.probes.load.http_phases import PhaseClock, phase_trace_config
 from llm_diagnose.probes.load.records import ENDPOINT_PATHS, OPTIONAL_EXTENSIONS, RequestRecord, RequestSpec
 from llm_diagnose.probes.load.sse import DONE, SSEDecoder, plain_token_text, read_chunk
 
-__all__ = ["StreamTimeouts", "StreamingClient", "is_local_target", "DEFAULT_MAX_STREAMS", "STALL_S", "STALL_GAP_FACTOR"]
+__all__ = [
+    "StreamTimeouts",
+    "StreamingClient",
+    "is_local_target",
+    "DEFAULT_MAX_STREAMS",
+    "STALL_S",
+    "STALL_GAP_FACTOR",
+    "NO_PROGRESS_S",
+    "NO_PROGRESS_TTFT_FACTOR",
+]
 
 DEFAULT_MAX_STREAMS = 1024  # the client holds at least 1,000 concurrent streams
 _FD_HEADROOM = 128  # descriptors beyond the streams: the event loop, files, the scraper
 _ERROR_BODY_BYTES = 2048
 _JSON_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-_IDLE_CANCEL = "llm-diagnose: idle timeout"  # the watchdog's cancel message, told apart from the driver's
+_WATCHDOG_CANCEL = "llm-diagnose: no token in time"  # the watchdog's cancel message, told apart from the driver's
+# Progress is tokens. SSE comments (`: ping`), keep-alive bytes and chunks that carry no token
+# (a role announcement, `{"choices":[]}`) reset none of the clocks below: a hung engine behind
+# a live HTTP layer that pings every few seconds must not pass for a slow one.
+#
 # A stream the client stops (its phase is over, the budget's deadline came) that had delivered
-# tokens and then fell silent this long, and for STALL_GAP_FACTOR times its own median gap, is
+# tokens and then no token this long, and for STALL_GAP_FACTOR times its own median gap, is
 # recorded as stalled (a server fault), not as stopped by the client. The experiments end
 # streams after 5-12 s, long before the 60 s idle timeout, so without this a hung engine read
 # as "faults: none". 5 s is far past a healthy decode gap (5-100 ms) and past the decode stall a
 # long prefill causes (up to a few seconds), which the interference experiment measures and must
-# keep. Before the first token a wait is queueing or prefill, not a stall: the heterogeneity
-# experiment reads such waits as lower bounds, and the idle timeout still ends a hung one.
+# keep.
 STALL_S = 5.0
 STALL_GAP_FACTOR = 50.0
+# Before its first token a stream is queueing or prefilling. Before the response headers that
+# is all it can be: the idle timeout ends a hung one. vLLM and SGLang send the headers when they
+# accept a request, so a stream whose headers came and then no token is queued or prefilling on
+# a live engine, or held by a hung one. It is recorded as no-progress (a server fault) when it
+# has had no token for StreamingClient.no_progress_bound_s since its headers AND the server sent
+# no token on any other stream of this client for as long: a request queued behind streams that
+# flow (a one-at-a-time server: the heterogeneity experiment reads such waits as lower bounds)
+# is not the server's fault. The bound is the larger of
+# - NO_PROGRESS_S (StreamTimeouts.no_progress_s): 5 s. A prefill of a few seconds, on a slow
+#   server with nothing else decoding, stays under it; the experiments' time caps (5-15 s) are
+#   over it, so a hung engine shows as no-progress in their streams instead of "faults: none";
+# - NO_PROGRESS_TTFT_FACTOR (4) times the slowest first token this client has received (from
+#   send, whatever became of the stream): what the run has learnt of this server's queueing and
+#   prefill, including queueing behind other clients' traffic, which the client cannot see.
+# The watchdog ends such a stream when the bound is hit; one the client ends first is judged
+# the same way.
+NO_PROGRESS_S = 5.0
+NO_PROGRESS_TTFT_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
 class StreamTimeouts:
-    """Per-request limits. `idle_s` covers the wait for the first token as well as the gaps."""
+    """Per-request limits. `idle_s` covers the wait for the first token as well as the gaps;
+    every limit counts tokens, not bytes (comments and keep-alives are not progress)."""
 
     connect_s: float = 5.0
     idle_s: float = 60.0  # a long prefill on a loaded server can take tens of seconds
     total_s: float = 600.0
     stall_s: float = STALL_S  # mid-stream silence that makes a stream the client stops a stalled one
+    no_progress_s: float = NO_PROGRESS_S  # the floor of the no-progress bound (see NO_PROGRESS_S)
 
 
 def is_local_target(base_url: str) -> bool:
@@ -185,6 +218,11 @@ class StreamingClient:
         self.resent_stale = 0  # requests sent again after a kept-alive connection closed under them
         self.attempts = 0  # POSTs that left this client: first sends, resends and followed redirects
         self.redirects_followed = 0
+        # What the no-progress rule knows of this server (see NO_PROGRESS_S): the slowest first
+        # token any stream received (seconds from its send), and when the last token of a
+        # finished stream arrived (perf_counter; live streams are read where they are).
+        self.slowest_first_token_s = 0.0
+        self._last_token_at = -math.inf
         # The budget's say on every POST beyond a request's first (a resend, a followed redirect):
         # None when it may leave, else why not. The Driver sets it to its BudgetGuard, so that
         # every request that leaves counts against --budget-requests and --max-rps. Unset (a
@@ -230,17 +268,85 @@ class StreamingClient:
             return self._timeout
         return aiohttp.ClientTimeout(total=left, sock_connect=min(self.timeouts.connect_s, left))
 
-    async def _watch_idle(self) -> None:
-        """Cancel streams that received nothing for `idle_s` (the first token's wait included)."""
+    @property
+    def no_progress_bound_s(self) -> float:
+        """How long a stream may go from its response headers to its first token (see NO_PROGRESS_S)."""
+        return max(self.timeouts.no_progress_s, NO_PROGRESS_TTFT_FACTOR * self.slowest_first_token_s)
+
+    def _last_token(self) -> float:
+        """When this server last delivered a token on any stream of this client (perf_counter)."""
+        live = (s.t0 + s.times[-1] for s in self._streams.values() if s.times)
+        return max(max(live, default=-math.inf), self._last_token_at)
+
+    async def _watch_progress(self) -> None:
+        """End streams that received no token for `idle_s` (the first token's wait included), and
+        streams that made no progress after their headers (`_no_progress`)."""
         idle = self.timeouts.idle_s
-        interval = min(1.0, idle / 4)
+        interval = max(0.01, min(1.0, idle / 4, self.timeouts.no_progress_s / 4))
+        skipped = False
         while True:
+            due = time.perf_counter() + interval
             await asyncio.sleep(interval)
             now = time.perf_counter()
+            if now - due > interval and not skipped:
+                # The event loop was held up: reads that came meanwhile may not be parsed yet,
+                # so a stream would look silent that is not. Judge at the next tick.
+                skipped = True
+                continue
+            skipped = False
+            last_token: float | None = None  # computed once, and only when a stream needs it
             for task, stream in list(self._streams.items()):
-                if now - stream.last_read > idle and not stream.idle_expired:
-                    stream.idle_expired = True
-                    task.cancel(_IDLE_CANCEL)
+                if stream.expired is not None:
+                    continue
+                quiet = now - (stream.t0 + stream.times[-1] if stream.times else stream.t0)
+                if quiet > idle:
+                    where = "between two tokens" if stream.times else "before the first token"
+                    stream.expired = (
+                        FaultKind.TIMEOUT_IDLE,
+                        f"{self.source} sent no token {where} for {idle:g} s (idle timeout; comments and "
+                        "keep-alives do not count)",
+                    )
+                elif not stream.times and stream.headers_at is not None:
+                    if last_token is None:
+                        last_token = self._last_token()
+                    why = self._no_progress(stream, now, last_token)
+                    if why is None:
+                        continue
+                    stream.expired = (FaultKind.NO_PROGRESS, why)
+                else:
+                    continue
+                task.cancel(_WATCHDOG_CANCEL)
+
+    def _no_progress(self, stream: _Stream, now: float, last_token: float | None = None) -> str | None:
+        """Why a stream counts as no-progress (see NO_PROGRESS_S), or None. `last_token`: the
+        client's `_last_token()`, when the caller has it already."""
+        if stream.times or stream.headers_at is None:
+            return None  # it had a token (a later silence is a stall), or no headers yet: queueing
+        waited = now - stream.headers_at
+        bound = self.no_progress_bound_s
+        if waited < bound:
+            return None
+        if last_token is None:
+            last_token = self._last_token()
+        if now - last_token < bound:
+            return None  # other streams got tokens meanwhile: this one is queued behind them
+        elsewhere = (
+            "nor on any other stream"
+            if last_token == -math.inf
+            else f"nor on any other stream for {now - last_token:.1f} s"
+        )
+        return (
+            f"{self.source} sent its response headers and then no token for {waited:.1f} s, {elsewhere} "
+            f"(no-progress bound {bound:.1f} s; comments and keep-alives do not count)"
+        )
+
+    def _silence(self, stream: _Stream, now: float) -> tuple[FaultKind, str] | None:
+        """The server's fault in a stream the client is ending: a stall or no progress, or None."""
+        stall = self._stall(stream, now)
+        if stall is not None:
+            return FaultKind.STALLED, stall
+        why = self._no_progress(stream, now)
+        return None if why is None else (FaultKind.NO_PROGRESS, f"{why}, when the client ended the stream")
 
     async def send(self, spec: RequestSpec, *, deadline: float | None = None) -> RequestRecord:
         """Send `spec`, stream the answer, return its record. `deadline` (perf_counter) caps it.
@@ -311,7 +417,11 @@ class StreamingClient:
         self.events_parsed += len(record.event_times)
         self.handling_s += record.handling_s
         if self.keep_text:
-            self.texts[spec.request_id] = json.loads(b'"' + b"".join(stream.texts) + b'"')
+            escaped = b"".join(stream.texts)
+            try:
+                self.texts[spec.request_id] = json.loads(b'"' + escaped + b'"')
+            except ValueError:  # a token with a broken escape: the text as it came
+                self.texts[spec.request_id] = escaped.decode("utf-8", errors="replace")
         if self.on_record is not None:
             self.on_record(record)
         if cancelled:
@@ -322,7 +432,7 @@ class StreamingClient:
         """Why a stream the client is stopping counts as stalled (see STALL_S), or None."""
         if not stream.times:
             return None
-        silent = now - stream.last_read
+        silent = now - (stream.t0 + stream.times[-1])
         gaps = [b - a for a, b in zip(stream.times, stream.times[1:])]
         typical = statistics.median(gaps) if gaps else 0.0
         if silent < self.timeouts.stall_s or silent < STALL_GAP_FACTOR * typical:
@@ -352,9 +462,9 @@ class StreamingClient:
         if task is None:  # asyncio runs every coroutine in a task; the idle watchdog cancels that task
             raise RuntimeError("a request must be sent from inside an asyncio task")
         if self._watchdog is None:
-            self._watchdog = asyncio.get_running_loop().create_task(self._watch_idle())
+            self._watchdog = asyncio.get_running_loop().create_task(self._watch_progress())
         t_wall = time.time()
-        t0 = stream.last_read = clock()
+        t0 = stream.t0 = clock()
         phases = PhaseClock(t0)
         self._streams[task] = stream
         if self.on_send is not None:
@@ -367,6 +477,7 @@ class StreamingClient:
             ) as resp:
                 status = resp.status
                 started = True
+                stream.headers_at = clock()
                 if status in REDIRECT_STATUSES:
                     self._redirect(stream, url, status, resp.headers.get("Location"), hops)
                 elif status != 200:
@@ -382,7 +493,7 @@ class StreamingClient:
                     decoder = SSEDecoder()
                     consume = stream.consume
                     async for chunk in resp.content.iter_any():
-                        t = stream.last_read = clock()  # before parsing: every event in this read arrived by now
+                        t = clock()  # before parsing: every event in this read arrived by now
                         going = consume(decoder.feed(chunk), t - t0)
                         handling += clock() - t
                         if not going:
@@ -391,33 +502,32 @@ class StreamingClient:
                         consume(decoder.flush(), clock() - t0)  # a last event without its blank line
                         stream.check_complete()
         except asyncio.CancelledError as exc:
-            if stream.idle_expired and exc.args and exc.args[0] == _IDLE_CANCEL:
+            if stream.expired is not None and exc.args and exc.args[0] == _WATCHDOG_CANCEL:
                 task.uncancel()  # our own timeout, not a cancellation of the caller
-                where = "between two events" if stream.times else "before the first token"
-                stream.fail(
-                    FaultKind.TIMEOUT_IDLE,
-                    f"{self.source} sent nothing {where} for {self.timeouts.idle_s:g} s (idle timeout)",
-                )
+                stream.fail(*stream.expired)
             else:
                 cancelled = True
                 why = str(exc.args[0]) if exc.args else "cancelled by the load driver"
-                stall = self._stall(stream, clock())
-                if stall:
-                    stream.fail(FaultKind.STALLED, f"{stall} ({why})")
+                silence = self._silence(stream, clock())
+                if silence is not None:
+                    stream.fail(silence[0], f"{silence[1]} ({why})")
                 stream.fail(FaultKind.STOPPED_BY_CLIENT, why)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a recorded fault
             kind, detail = classify_exception(exc, url, started_streaming=started)
             stream.closed_unanswered = isinstance(exc, aiohttp.ServerDisconnectedError) and not started
             if kind is FaultKind.TIMEOUT_TOTAL and deadline is not None and clock() >= deadline - 1e-3:
-                stall = self._stall(stream, clock())
+                silence = self._silence(stream, clock())
                 kind, detail = (
-                    (FaultKind.STALLED, f"{stall} (the budget's deadline)")
-                    if stall
+                    (silence[0], f"{silence[1]} (the budget's deadline)")
+                    if silence is not None
                     else (FaultKind.STOPPED_BY_CLIENT, "stopped at the budget's deadline")
                 )
             stream.fail(kind, detail)
         finally:
             self._streams.pop(task, None)
+        if stream.times:  # what the no-progress rule learns of this server
+            self._last_token_at = max(self._last_token_at, t0 + stream.times[-1])
+            self.slowest_first_token_s = max(self.slowest_first_token_s, stream.times[0])
         t_end = clock() - t0
         usage = stream.usage or {}
         details = usage.get("prompt_tokens_details") or {}
@@ -487,8 +597,9 @@ class _Stream:
         "used_tokens",
         "fault",
         "detail",
-        "last_read",
-        "idle_expired",
+        "t0",
+        "headers_at",
+        "expired",
         "closed_unanswered",
         "redirect_to",
     )
@@ -504,10 +615,11 @@ class _Stream:
         self.used_tokens = 0
         self.fault: FaultKind | None = None
         self.detail = ""
-        self.last_read = 0.0  # perf_counter of the last socket read (the idle watchdog reads it)
+        self.t0 = 0.0  # perf_counter of the send; `times` count from it
+        self.headers_at: float | None = None  # perf_counter when the response headers came
         # The server closed the connection before any answer (a kept-alive one, closed as reused).
         self.closed_unanswered = False
-        self.idle_expired = False
+        self.expired: tuple[FaultKind, str] | None = None  # the watchdog ended it, and why
         self.redirect_to: str | None = None  # a same-origin Location that `send` may follow
 
     def fail(self, kind: FaultKind, detail: str) -> None:
@@ -529,10 +641,22 @@ class _Stream:
                 continue
             try:
                 obj = json.loads(data)
-            except ValueError:
+            except ValueError:  # JSONDecodeError, bytes that are not UTF-8, an integer of 5,000 digits
                 self.fail(FaultKind.MALFORMED, f"event after {len(self.times)} tokens is not JSON: {data[:60]!r}")
                 return False
+            except RecursionError:  # json.loads stops past the interpreter's recursion limit (~1,000 deep)
+                self.fail(
+                    FaultKind.MALFORMED,
+                    f"event after {len(self.times)} tokens nests JSON too deeply to read ({len(data)} bytes: "
+                    f"{data[:20]!r}...)",
+                )
+                return False
             info = read_chunk(obj, self.chat)
+            if info.malformed is not None:
+                self.fail(
+                    FaultKind.MALFORMED, f"event after {len(self.times)} tokens is not a stream chunk: {info.malformed}"
+                )
+                return False
             if info.error is not None:
                 self.fail(FaultKind.STREAM_ERROR, f"error event in the stream: {info.error}")
                 return False
@@ -541,7 +665,7 @@ class _Stream:
             if info.is_token:
                 self.times.append(t_rel)
                 if self.continuous and info.usage:
-                    used = int(info.usage.get("completion_tokens") or 0)
+                    used = _int_or_none(info.usage.get("completion_tokens")) or 0
                     self.event_tokens.append(max(1, used - self.used_tokens))
                     self.used_tokens = used
                 if self.keep_text:
@@ -562,4 +686,7 @@ class _Stream:
 
 
 def _int_or_none(value: object) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A count a server sent, or None where it sent something else (a string, inf, NaN: json.loads takes both)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if math.isfinite(value) else None

@@ -32,13 +32,17 @@ class FaultKind(str, enum.Enum):
     SERVER_ERROR = "server-error"  # HTTP 5xx
     REJECTED = "rejected"  # HTTP 4xx other than 429 (prompt too long, unknown model, bad key)
     STREAM_ERROR = "stream-error"  # an {"error": ...} event inside a 200 stream
-    MALFORMED = "malformed"  # bytes that are not SSE carrying JSON
+    MALFORMED = "malformed"  # not SSE carrying a JSON chunk of the expected shape (or JSON nested absurdly deep)
     TIMEOUT_CONNECT = "timeout-connect"  # no TCP connection within the connect timeout
-    TIMEOUT_IDLE = "timeout-idle"  # no byte within the idle timeout (first token or between tokens)
+    TIMEOUT_IDLE = "timeout-idle"  # no token within the idle timeout (first token or between tokens)
     TIMEOUT_TOTAL = "timeout-total"  # the request outlived its total timeout (or the budget's deadline)
     # The client stopped a stream (phase over, deadline) that had stopped sending mid-response:
     # silent for far longer than its own gaps (StreamTimeouts.stall_s). The server's fault, not ours.
     STALLED = "stalled"
+    # Response headers came, then no token (at most comments, keep-alives, empty chunks) for
+    # longer than the client's no-progress bound while the server sent no token on any other
+    # stream either: a hung engine behind a live HTTP layer (StreamingClient.no_progress_bound_s).
+    NO_PROGRESS = "no-progress"
     REDIRECTED = "redirected"  # a 3xx not followed: off the target's origin, a loop, or a POST turned GET
     STOPPED_BY_CLIENT = "stopped-by-client"  # we ended it (phase over, budget spent): not the server's fault
     CLIENT_ERROR = "client-error"  # a bug or resource limit on our side (too many open files, ...)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from llm_diagnose.probes.load.faults import SERVER_FAULTS, FaultKind
-from llm_diagnose.probes.runfiles import open_append
+from llm_diagnose.probes.runfiles import JsonLine, open_append, read_json_lines
 from llm_diagnose.probes.runfolder_names import EVENTS as EVENTS_FILE
 from llm_diagnose.probes.runfolder_names import INPUTS as INPUTS_FILE
 from llm_diagnose.probes.runfolder_names import REQUESTS as REQUESTS_FILE
@@ -35,6 +35,7 @@ __all__ = [
     "JsonlWriter",
     "read_records",
     "parse_record_line",
+    "record_from_object",
     "RecordSchemaError",
     "REQUESTS_FILE",
     "EVENTS_FILE",
@@ -302,7 +303,7 @@ class RecordSchemaError(ValueError):
 
 def parse_record_line(line: str) -> RequestRecord | None:
     """One line of requests.jsonl -> its record; None for a line that is not a JSON object
-    (cut short by a kill mid-write, spoilt by bytes that are not UTF-8, nested too deeply).
+    (cut short by a kill mid-write, nested too deeply).
 
     Raises RecordSchemaError for a JSON object that is not a record: unlike a damaged line,
     that is a file of another schema, and skipping it would quietly empty what is read.
@@ -311,8 +312,11 @@ def parse_record_line(line: str) -> RequestRecord | None:
         obj = json.loads(line)
     except (ValueError, RecursionError):  # ValueError covers JSONDecodeError
         return None
-    if not isinstance(obj, dict):
-        return None
+    return record_from_object(obj) if isinstance(obj, dict) else None
+
+
+def record_from_object(obj: Mapping) -> RequestRecord:
+    """A requests.jsonl line read as a JSON object -> its record; RecordSchemaError where it is not one."""
     try:
         return RequestRecord.from_dict(obj)
     except KeyError as exc:
@@ -326,16 +330,21 @@ def read_records(path: str | Path) -> Iterator[RequestRecord]:
 
     Lenient, for the probes' own files and their tests; a report or gate reads a run folder
     through `llm_diagnose.diagnose.runfolder.RunFolder`, which counts skipped lines and refuses
-    lines of another schema.
+    lines of another schema. Both read through `read_json_lines` (a plain file, never a link; a
+    line cap; a line not wholly UTF-8 is unreadable): UnsafePathError (an OSError) for a link or
+    a file that is not plain, raised here, before the first record.
     """
     p = Path(path)
     if p.is_dir():
         p = p / REQUESTS_FILE
-    with open(p, encoding="utf-8", errors="replace") as fh:  # a stray byte spoils its line, not the file
-        for line in fh:
-            try:
-                record = parse_record_line(line)
-            except RecordSchemaError:
-                continue
-            if record is not None:
-                yield record
+    return _records(read_json_lines(p))
+
+
+def _records(lines: Iterator[JsonLine]) -> Iterator[RequestRecord]:
+    for line in lines:
+        if line.obj is None:
+            continue
+        try:
+            yield record_from_object(line.obj)
+        except RecordSchemaError:
+            continue

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from llm_diagnose.probes.bounded_lines import bounded_lines
 from llm_diagnose.probes.load.budget import ActiveBudget
 from llm_diagnose.probes.load.pacing import TraceArrivals
 from llm_diagnose.probes.load.prompts import PromptMaker
@@ -39,10 +40,11 @@ from llm_diagnose.probes.load.records import (
     Endpoint,
     RecordSchemaError,
     RequestSpec,
-    parse_record_line,
+    record_from_object,
 )
 from llm_diagnose.probes.load.replay import DEFAULT_OUTPUT_TOKENS, load_trace, trace_workload
 from llm_diagnose.probes.load.workloads import Workload
+from llm_diagnose.probes.runfiles import UnsafePathError, read_json_lines
 from llm_diagnose.probes.traces.errors import EmptyTraceError, TraceFormatError
 from llm_diagnose.probes.traces.readers import detect_format
 from llm_diagnose.probes.traces.records import TraceRequest
@@ -125,12 +127,15 @@ def read_replay_source(path: str | Path, *, trace_limit: int | None = None) -> R
     if not path.is_file():
         raise ReplayError(f"--replay {path}: no such file or folder")
     first = _first_object(path)
-    if first is not None and {"request_id", "t_offset_s", "body"} <= first.keys():
-        source = _read_inputs(path)
-    elif first is not None and {"request_id", "t_send", "ttft_s"} <= first.keys():
-        source = _read_requests(path)
-    else:
-        source = _read_trace(path, trace_limit)
+    try:
+        if first is not None and {"request_id", "t_offset_s", "body"} <= first.keys():
+            source = _read_inputs(path)
+        elif first is not None and {"request_id", "t_send", "ttft_s"} <= first.keys():
+            source = _read_requests(path)
+        else:
+            source = _read_trace(path, trace_limit)
+    except UnsafePathError as exc:  # a run's file is read as a plain file only (runfiles.read_json_lines)
+        raise ReplayError(f"--replay {exc}") from None
     if source.count == 0:
         why = f" ({len(source.skipped)} lines unusable: {source.skipped[0]})" if source.skipped else ""
         raise ReplayError(f"--replay {path}: no request to replay{why}")
@@ -138,12 +143,16 @@ def read_replay_source(path: str | Path, *, trace_limit: int | None = None) -> R
 
 
 def _first_object(path: Path) -> dict | None:
-    """The first non-blank line as a JSON object, or None (not JSON lines: maybe a CSV trace)."""
+    """The first non-blank line as a JSON object, or None (not JSON lines: maybe a CSV trace).
+
+    A peek at what the file is, through a link too (a trace may be one); the line cap applies."""
     if path.suffix == ".gz":
         return None
     try:
         with path.open("rb") as f:
-            for raw in f:
+            for _, raw in bounded_lines(f):
+                if raw is None:  # over the line cap: no run file of this tool's begins so
+                    return None
                 if raw.strip():
                     obj = json.loads(raw.decode("utf-8-sig"))
                     return obj if isinstance(obj, dict) else None
@@ -153,20 +162,15 @@ def _first_object(path: Path) -> dict | None:
 
 
 def _jsonl_objects(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
-    objects, skipped = [], []
-    with path.open("r", encoding="utf-8-sig", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                skipped.append(f"line {n}: not JSON ({exc.msg})")
-                continue
-            if isinstance(obj, dict):
-                objects.append((n, obj))
-            else:
-                skipped.append(f"line {n}: not a JSON object")
+    """The JSON objects of a run's inputs.jsonl or requests.jsonl, read as every run-folder file is
+    (runfiles.read_json_lines): the lines that cannot be read are skipped, each with why."""
+    objects: list[tuple[int, dict]] = []
+    skipped: list[str] = []
+    for line in read_json_lines(path):
+        if line.obj is None:
+            skipped.append(f"line {line.number}: {line.why}")
+        else:
+            objects.append((line.number, line.obj))
     return objects, skipped
 
 
@@ -200,12 +204,9 @@ def _read_requests(path: Path) -> ReplaySource:
     rows: list[tuple[float, ReplayRequest]] = []
     for n, obj in objects:
         try:
-            record = parse_record_line(json.dumps(obj))
+            record = record_from_object(obj)
         except RecordSchemaError as exc:
             skipped.append(f"line {n}: not a request record ({exc})")
-            continue
-        if record is None:
-            skipped.append(f"line {n}: not a request record")
             continue
         prompt_tokens = record.planned_prompt_tokens or record.prompt_tokens
         if not prompt_tokens:

@@ -8,7 +8,9 @@ multi-line data is joined with newlines, and CRLF line ends are accepted (the SS
 them; some proxies rewrite LF to CRLF).
 
 `read_chunk` turns one decoded JSON chunk into what the load driver records: did it carry a
-token (and how many), a finish reason, usage, or an error.
+token (and how many), a finish reason, usage, or an error; or why it is not a stream chunk at
+all (`malformed`: a list, `choices` that are not objects, usage that is not an object), which
+is the server's fault and never a client-side exception.
 """
 
 from __future__ import annotations
@@ -112,9 +114,14 @@ class ChunkInfo:
     finish_reason: str | None
     usage: dict | None
     error: str | None
+    malformed: str | None = None  # why this JSON is not an OpenAI stream chunk (a server fault)
 
 
 _NOTHING = ChunkInfo(False, "", None, None, None)
+
+
+def _malformed(why: str) -> ChunkInfo:
+    return ChunkInfo(False, "", None, None, None, why)
 
 
 def read_chunk(obj: object, chat: bool) -> ChunkInfo:
@@ -126,19 +133,29 @@ def read_chunk(obj: object, chat: bool) -> ChunkInfo:
     chunk with only `role` is the role announcement that precedes the first token.
     """
     if not isinstance(obj, dict):
-        return ChunkInfo(False, "", None, None, f"chunk is {type(obj).__name__}, not an object")
+        return _malformed(f"chunk is {type(obj).__name__}, not an object")
     error = obj.get("error")
     if error is not None:
         message = error.get("message", error) if isinstance(error, dict) else error
         return ChunkInfo(False, "", None, None, str(message)[:300])
     usage = obj.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        return _malformed(f"usage is {type(usage).__name__}, not an object")
     choices = obj.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        return _malformed(f"choices is {type(choices).__name__}, not a list")
     if not choices:
         return ChunkInfo(False, "", None, usage, None) if usage else _NOTHING
     choice = choices[0]
+    if not isinstance(choice, dict):
+        return _malformed(f"a choice is {type(choice).__name__}, not an object")
     finish = choice.get("finish_reason")
+    if finish is not None and not isinstance(finish, str):
+        return _malformed(f"finish_reason is {type(finish).__name__}, not a string")
     if chat:
         delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            return _malformed(f"delta is {type(delta).__name__}, not an object")
         produced = any(delta.get(k) for k in ("content", "reasoning_content", "reasoning", "tool_calls"))
         empty_token = "content" in delta and "role" not in delta and finish is None
         is_token = bool(produced or empty_token)

@@ -44,8 +44,9 @@ class PassiveContext:
         return self.window.duration_s
 
     def warnings(self, *extra: str) -> tuple[str, ...]:
-        base = (f"partial window: {self.window.stopped_early}",) if self.window.stopped_early else ()
-        return base + tuple(w for w in extra if w)
+        w = self.window
+        base = (f"partial window: {w.incomplete}",) if w.incomplete else ()
+        return base + tuple(x for x in extra if x)
 
     def prov(self, method: str, what: str) -> Provenance:
         return Provenance(
@@ -87,7 +88,10 @@ def reset_warning(*incs: CounterIncrease | HistogramIncrease | None) -> str:
         if n
         else ""
     )
-    return "; ".join(t for t in (text, _excluded_warning(sum(i.excluded for i in incs if i is not None))) if t)
+    excluded = _excluded_warning(sum(i.excluded for i in incs if i is not None))
+    return "; ".join(
+        t for t in (text, excluded, _untracked_warning(sum(i.untracked for i in incs if i is not None))) if t
+    )
 
 
 def _excluded_warning(n: int) -> str:
@@ -96,10 +100,19 @@ def _excluded_warning(n: int) -> str:
     )
 
 
+def _untracked_warning(n: int) -> str:
+    return (
+        f"{n} reading(s) of series past the window's cap on distinct series left out (MAX_TRACKED_SERIES): "
+        "the increase misses what they added"
+        if n
+        else ""
+    )
+
+
 def too_few(ctx: PassiveContext, what: str) -> NotMeasured:
     """Why a counter or histogram figure is missing when the window has fewer than two good scrapes."""
     return NotMeasured(
-        f"a counter increase needs two good scrapes; the window has {len(ctx.window.ok_records)}",
+        f"a counter increase needs two good scrapes; the window has {ctx.window.n_ok}",
         "scrape for longer",
         ctx.prov("prometheus-counter-delta", what),
     )

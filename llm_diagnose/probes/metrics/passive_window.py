@@ -35,8 +35,9 @@ def window_facts(ctx: PassiveContext) -> dict[str, Result]:
     """The window's length and whether it ran to its end."""
     w = ctx.window
     prov = ctx.prov("scrape-loop", "")
-    ok = len(w.ok_records)
-    out: dict[str, Result] = {LIVE_WINDOW_COMPLETE: Fact(w.stopped_early is None, prov, note=w.describe())}
+    ok = w.n_ok
+    # Complete: it ran to its end, and enough of its planned scrapes answered (Window.incomplete).
+    out: dict[str, Result] = {LIVE_WINDOW_COMPLETE: Fact(w.incomplete is None, prov, note=w.describe())}
     if ok >= 2:
         out[LIVE_WINDOW_S] = Measurement(w.duration_s, "s", prov, note=w.describe(), warnings=ctx.warnings())
     else:
@@ -66,7 +67,7 @@ def identity(ctx: PassiveContext) -> dict[str, Result]:
 def bad_samples(ctx: PassiveContext) -> Result:
     """How many samples the window left out, and which: never silently dropped."""
     w = ctx.window
-    n_page = len(w.bad_samples())
+    n_page = w.bad_sample_count
     n_negative = sum(ctx.negative_readings.values())
     parts = [w.describe_bad_samples()] if n_page else []
     parts += [f"{n} reading(s) of {what} below 0 left out" for what, n in ctx.negative_readings.items()]

@@ -24,7 +24,6 @@ scrapes that failed (`up == 0`) and targets without engine series.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import defaultdict
@@ -35,11 +34,16 @@ from urllib.parse import urlencode
 
 import aiohttp
 
+from llm_diagnose.probes.bounded_json import JSONBoundsError, loads_bounded
 from llm_diagnose.probes.http import (
     HTTPStatusError,
+    JSONOutOfBounds,
     MalformedMetrics,
+    NotJSON,
     ProbeHTTPError,
+    ResponseTooLarge,
     TargetUnreachable,
+    decode_json,
     get_text,
     make_session,
     normalize_base_url,
@@ -56,6 +60,7 @@ __all__ = [
     "NotPrometheus",
     "PrometheusRefused",
     "MalformedAnswer",
+    "AnswerTooLarge",
     "EmptySelection",
     "InvalidSelector",
     "FleetWindows",
@@ -64,11 +69,21 @@ __all__ = [
     "parse_matrix",
     "windows_from_matrix",
     "read_fleet",
+    "MAX_ANSWER_BYTES",
+    "MAX_UNIX_TIME",
 ]
 
 DEFAULT_REPLICA_LABEL = "instance"  # Prometheus sets it to the target's host:port
 PROMETHEUS_TOKEN_ENV = "LLM_DIAGNOSE_PROMETHEUS_TOKEN"  # a Bearer token for Prometheus (not the engines' key)
 QUERY_TIMEOUT_S = 60.0  # a range query over a fleet reads many series: longer than a /metrics GET
+# The longest query answer read. Ten minutes of one vLLM replica's raw samples (445 series every
+# 15 s) are ~0.5 MB of JSON, so 128 MiB is hours of tens of replicas; past it, a coarser --step or a
+# shorter window reads the same fleet in less (the JSON would take gigabytes of memory to parse).
+MAX_ANSWER_BYTES = 128 << 20
+# A sample's time: unix seconds up to the end of year 9999 (what a date can show); the query's
+# window, give or take TIME_SLACK_S of rounding, bounds it tighter where read_fleet knows it.
+MAX_UNIX_TIME = 253402300799.0
+TIME_SLACK_S = 1.0
 _NO_REPLICA = "(no replica label)"
 
 
@@ -91,6 +106,10 @@ class PrometheusRefused(PrometheusError):
 
 class MalformedAnswer(PrometheusError):
     """JSON that is not the shape the query API documents; the message says which field."""
+
+
+class AnswerTooLarge(PrometheusError):
+    """The answer is longer than MAX_ANSWER_BYTES: not read."""
 
 
 class EmptySelection(PrometheusError):
@@ -153,8 +172,21 @@ def _number(text: object, where: str) -> float:
         raise MalformedAnswer(f"{where} is {text!r}, not a number") from None
 
 
-def parse_matrix(document: object, shown_url: str) -> tuple[list[SeriesPoints], tuple[str, ...]]:
-    """The series of a `matrix` answer and its warnings.
+def _time(text: object, where: str, window: tuple[float, float] | None) -> float:
+    """A sample's time: finite, a date (1970 to year 9999), and inside the queried window."""
+    t = _number(text, where)
+    low, high = (0.0, MAX_UNIX_TIME) if window is None else (window[0] - TIME_SLACK_S, window[1] + TIME_SLACK_S)
+    if not (math.isfinite(t) and max(0.0, low) <= t <= min(MAX_UNIX_TIME, high)):
+        span = "a date" if window is None else "inside the queried window"
+        raise MalformedAnswer(f"{where} is {text!r}, not a time {span}")
+    return t
+
+
+def parse_matrix(
+    document: object, shown_url: str, window: tuple[float, float] | None = None
+) -> tuple[list[SeriesPoints], tuple[str, ...]]:
+    """The series of a `matrix` answer and its warnings. Every sample's time must be a date
+    (1970 to year 9999) and, where `window` (start, end) is given, inside it.
 
     Raises:
         PrometheusRefused: the answer is Prometheus's error document.
@@ -203,7 +235,7 @@ def parse_matrix(document: object, shown_url: str) -> tuple[list[SeriesPoints], 
                 raise bad(f"data.result[{i}].values[{j}] is not a [time, value] pair")
             where = f"data.result[{i}].values[{j}]"
             try:
-                points.append((_number(pair[0], where + " time"), _number(pair[1], where + " value")))
+                points.append((_time(pair[0], where + " time", window), _number(pair[1], where + " value")))
             except MalformedAnswer as exc:
                 raise bad(str(exc)) from None
         out.append((dict(metric), tuple(points)))
@@ -291,14 +323,24 @@ def windows_from_matrix(
 
 # --- the HTTP side ----------------------------------------------------------------------------
 async def _query(
-    session: aiohttp.ClientSession, base: str, path: str, params: Mapping[str, str]
+    session: aiohttp.ClientSession,
+    base: str,
+    path: str,
+    params: Mapping[str, str],
+    window: tuple[float, float] | None = None,
 ) -> tuple[list[SeriesPoints], tuple[str, ...]]:
     url = f"{base}{path}?{urlencode(params)}"
     shown = redact_url(f"{base}{path}")
     try:
-        answer = await get_text(session, url)
+        answer = await get_text(session, url, max_bytes=MAX_ANSWER_BYTES)
     except TargetUnreachable as exc:
         raise TargetUnreachable(f"Prometheus: {exc} (check --prometheus)", url) from None
+    except ResponseTooLarge as exc:
+        raise AnswerTooLarge(
+            f"{shown} answered more than {exc.limit:,} bytes (MAX_ANSWER_BYTES): not read; read less "
+            "at once: a shorter window, --step SECONDS, or a --selector matching fewer replicas",
+            url,
+        ) from None
     except HTTPStatusError as exc:
         document = _json_or_none(exc.body)
         if isinstance(document, Mapping) and document.get("status") == "error":
@@ -314,21 +356,20 @@ async def _query(
             "(the URL its web UI is on, e.g. http://prometheus:9090)?",
             url,
         ) from None
-    document = _json_or_none(answer.text)
-    if document is None:
-        first = answer.text.strip().splitlines()[0][:80] if answer.text.strip() else "(empty body)"
-        raise NotPrometheus(
-            f"{shown} did not answer with JSON ({answer.content_type or 'no type'}: {first!r}): "
-            f"is {redact_url(base)} a Prometheus server?",
-            url,
-        )
-    return parse_matrix(document, shown)
+    advice = f"is {redact_url(base)} a Prometheus server?"
+    try:
+        document = decode_json(answer, url, advice=advice)
+    except NotJSON as exc:
+        raise NotPrometheus(str(exc), url) from None
+    except JSONOutOfBounds as exc:
+        raise MalformedAnswer(str(exc), url) from None
+    return parse_matrix(document, shown, window)
 
 
 def _json_or_none(text: str) -> object:
     try:
-        return json.loads(text)
-    except ValueError:
+        return loads_bounded(text)
+    except JSONBoundsError:
         return None
 
 
@@ -359,10 +400,11 @@ async def read_fleet(
         NotPrometheus, PrometheusRefused, MalformedAnswer: the URL is not a usable Prometheus.
         EmptySelection: no engine series match the selector in the window.
     """
-    if not end > start:
-        raise ValueError(f"the window must end after it starts (start {start}, end {end})")
-    if step_s is not None and step_s <= 0:
+    if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end <= MAX_UNIX_TIME):
+        raise ValueError(f"the window must be dates, ending after it starts (start {start}, end {end})")
+    if step_s is not None and not (math.isfinite(step_s) and step_s > 0):
         raise ValueError("step must be a positive number of seconds")
+    window = (start, end)
     base = normalize_base_url(prometheus_url)
     query = engine_series_query(selector)
     up = _up_query(selector)
@@ -372,15 +414,15 @@ async def read_fleet(
         if step_s is None:
             at = {"time": f"{end:.3f}"}
             series, warns = await _query(
-                session, base, "/api/v1/query", {"query": f"{query}[{_duration(end - start)}]", **at}
+                session, base, "/api/v1/query", {"query": f"{query}[{_duration(end - start)}]", **at}, window
             )
             up_series, _ = await _query(
-                session, base, "/api/v1/query", {"query": f"{up}[{_duration(end - start)}]", **at}
+                session, base, "/api/v1/query", {"query": f"{up}[{_duration(end - start)}]", **at}, window
             )
         else:
             span = {"start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
-            series, warns = await _query(session, base, "/api/v1/query_range", {"query": query, **span})
-            up_series, _ = await _query(session, base, "/api/v1/query_range", {"query": up, **span})
+            series, warns = await _query(session, base, "/api/v1/query_range", {"query": query, **span}, window)
+            up_series, _ = await _query(session, base, "/api/v1/query_range", {"query": up, **span}, window)
     finally:
         if own:
             await session.close()

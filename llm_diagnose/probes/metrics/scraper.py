@@ -1,9 +1,18 @@
-"""The scrape loop: GET /metrics on a fixed cadence, keep every page on disk as it arrives.
+"""The scrape loop: GET /metrics on a fixed cadence, keep the pages on disk as they arrive.
 
 Each attempt becomes one JSON line in `RUN_DIR/metrics.jsonl`,
 `{"t_wall", "t_mono", "elapsed_s", "url", "text"}` or `{..., "error"}` (a page that fails to
 parse keeps both), written and flushed before the next scrape, so a run that is interrupted
-or whose server dies loses nothing. `Window.from_jsonl` reads the folder back.
+or whose server dies loses nothing. Past MAX_METRICS_FILE_BYTES the file keeps an even sample
+of the attempts (scrape_file.py says exactly which). `Window.from_jsonl` reads the folder back.
+
+In memory the loop keeps a `WindowTally`, which folds each page in as it arrives: a run of any
+length fits in a fixed memory (window_tally.py lists the bounds).
+
+Coverage: the loop counts the scrapes it planned and those a good page answered. A failed
+attempt leaves its tick unanswered, and so does every tick that passes while it hangs; a slow
+page that does answer covers the ticks it took. Stopped on request (`stop`), only the ticks due
+by then were planned. Below `min_coverage` the window is incomplete (Window.incomplete).
 
 Pages are bounded: a body over exposition.MAX_PAGE_BYTES is not read further, a page over
 MAX_SERIES not parsed further (MetricsTooLarge, a failed scrape like a malformed page), and
@@ -22,7 +31,6 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 import aiohttp
 
@@ -39,8 +47,9 @@ from llm_diagnose.probes.http import (
 )
 from llm_diagnose.probes.metrics.engines import detect_engine, metrics_hint_for
 from llm_diagnose.probes.metrics.exposition import MAX_PAGE_BYTES, page_too_large, parse_exposition
-from llm_diagnose.probes.metrics.window import METRICS_FILE, ScrapeRecord, Window
-from llm_diagnose.probes.runfiles import open_append
+from llm_diagnose.probes.metrics.scrape_file import MAX_METRICS_FILE_BYTES, ScrapeFile
+from llm_diagnose.probes.metrics.window import DEFAULT_MIN_COVERAGE, METRICS_FILE, ScrapeRecord, Window
+from llm_diagnose.probes.metrics.window_tally import WindowTally
 
 __all__ = ["Scraper", "scrape_window", "scrape_once", "DEFAULT_INTERVAL_S", "DEFAULT_MAX_CONSECUTIVE_FAILURES"]
 
@@ -103,8 +112,8 @@ async def scrape_once(
 class Scraper:
     """Scrapes one metrics URL every `interval_s`, appending each page to the run folder.
 
-    `records` holds what was collected so far, so a caller interrupted mid-run (Ctrl-C)
-    can still build `window()` from it.
+    `tally` holds what was collected so far, so a caller interrupted mid-run (Ctrl-C) can
+    still build `window()` from it.
     """
 
     def __init__(
@@ -115,6 +124,8 @@ class Scraper:
         run_dir: str | Path | None = None,
         on_sample: SampleCallback | None = None,
         max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES,
+        min_coverage: float = DEFAULT_MIN_COVERAGE,
+        max_file_bytes: int = MAX_METRICS_FILE_BYTES,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -128,20 +139,36 @@ class Scraper:
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.on_sample = on_sample
         self.max_consecutive_failures = max_consecutive_failures
+        self.min_coverage = min_coverage
+        self.max_file_bytes = max_file_bytes
         self._clock, self._wall = clock, wall
-        self.records: list[ScrapeRecord] = []
+        self.tally = WindowTally()
         self.stopped_early: str | None = None
         self.planned_duration_s: float | None = None
+        self.planned_scrapes: int | None = None  # ticks planned (those due by then, when stopped on request)
+        self.unanswered = 0  # of those, ticks no good page answered
+        self.file_notes: tuple[str, ...] = ()
 
     @property
     def metrics_path(self) -> Path | None:
         return None if self.run_dir is None else self.run_dir / METRICS_FILE
 
     def window(self) -> Window:
-        return Window(self.source, tuple(self.records), self.planned_duration_s, self.stopped_early)
+        """The window so far: the tally itself, so take it once the loop has ended (`run` returns it)."""
+        planned = self.planned_scrapes
+        return Window(
+            self.source,
+            planned_duration_s=self.planned_duration_s,
+            stopped_early=self.stopped_early,
+            notes=self.file_notes,
+            planned_scrapes=planned,
+            answered_scrapes=None if planned is None else max(0, planned - self.unanswered),
+            min_coverage=self.min_coverage,
+            tally=self.tally,
+        )
 
-    def _write(self, fh: IO[str] | None, record: ScrapeRecord, text: str | None) -> None:
-        if fh is None:
+    async def _write(self, file: ScrapeFile | None, record: ScrapeRecord, text: str | None) -> None:
+        if file is None:
             return
         line: dict[str, object] = {
             "t_wall": record.t_wall,
@@ -153,8 +180,11 @@ class Scraper:
             line["text"] = text
         if record.error is not None:
             line["error"] = record.error
-        fh.write(json.dumps(line) + "\n")
-        fh.flush()
+        encoded = json.dumps(line)
+        if file.would_rewrite(encoded):  # reads and rewrites the file: off the event loop
+            await asyncio.to_thread(file.write, encoded)
+        else:
+            file.write(encoded)
 
     async def run(
         self, duration_s: float, *, session: aiohttp.ClientSession | None = None, stop: asyncio.Event | None = None
@@ -172,25 +202,27 @@ class Scraper:
         self.planned_duration_s = duration_s
         own_session = session is None
         session = session or make_session()
-        fh = None
+        file = None
         path = self.metrics_path
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fh = open_append(path)  # never through a link
+            file = ScrapeFile(path, self.max_file_bytes)  # never through a link
         try:
-            await self._loop(session, duration_s, fh, stop)
+            await self._loop(session, duration_s, file, stop)
         finally:
-            if fh is not None:
-                fh.close()
+            if file is not None:
+                file.close()
+                self.file_notes = (file.problem,) if file.problem else ()
             if own_session:
                 await session.close()
         return self.window()
 
     async def _loop(
-        self, session: aiohttp.ClientSession, duration_s: float, fh: IO[str] | None, stop: asyncio.Event | None
+        self, session: aiohttp.ClientSession, duration_s: float, file: ScrapeFile | None, stop: asyncio.Event | None
     ) -> None:
         t0 = self._clock()
         planned = int(math.floor(duration_s / self.interval_s + 1e-9)) + 1
+        self.planned_scrapes, self.unanswered = planned, 0
         tick, failures = 0, 0
         while tick < planned:
             delay = t0 + tick * self.interval_s - self._clock()
@@ -205,7 +237,8 @@ class Scraper:
             # Stopping takes one last scrape, so the window covers everything up to now.
             stopping = stop is not None and stop.is_set()
             record, text, error = await scrape_once(session, self.metrics_url, clock=self._clock, wall=self._wall)
-            if not self.records and record.scrape is not None:  # the first page, parsed
+            first = self.tally.attempts == 0
+            if first and record.scrape is not None:  # the first page, parsed
                 guess = detect_engine(record.scrape)
                 if guess.engine is None:
                     error = MetricsUnavailable(
@@ -213,25 +246,30 @@ class Scraper:
                         self.metrics_url,
                     )
                     record = ScrapeRecord(record.t_wall, record.t_mono, None, str(error), record.elapsed_s)
-            self.records.append(record)
-            self._write(fh, record, text)
+            self.tally.add(record)
+            await self._write(file, record, text)
             if self.on_sample is not None:
-                self.on_sample(record, len(self.records) - 1)
-            if error is not None and len(self.records) == 1:
+                self.on_sample(record, self.tally.attempts - 1)
+            if error is not None and first:
                 raise error
+            # Skip ticks that already passed (a slow scrape must not cause a burst).
+            after = max(tick + 1, int(math.floor((self._clock() - t0) / self.interval_s)) + 1)
+            if stopping:  # stopped on request: the ticks due by now were the plan
+                self.planned_scrapes = planned = min(planned, after)
+            if error is not None:  # this tick, and those that passed while it failed, went unanswered
+                self.unanswered += min(after, planned) - tick
             failures = failures + 1 if error is not None else 0
             if failures >= self.max_consecutive_failures:
-                ok = sum(r.ok for r in self.records)
+                self.unanswered += max(0, planned - after)  # the ticks it will not try
                 elapsed = self._clock() - t0
                 self.stopped_early = (
                     f"{self.source} failed {failures} scrapes in a row after {elapsed:.1f} s "
-                    f"(last: {error}); kept {ok} good scrapes of {planned} planned"
+                    f"(last: {error}); kept {self.tally.ok} good scrapes of {planned} planned"
                 )
                 return
             if stopping:
                 return
-            # Skip ticks that already passed (a slow scrape must not cause a burst).
-            tick = max(tick + 1, int(math.floor((self._clock() - t0) / self.interval_s)) + 1)
+            tick = after
 
 
 async def scrape_window(
@@ -244,6 +282,7 @@ async def scrape_window(
     session: aiohttp.ClientSession | None = None,
     stop: asyncio.Event | None = None,
     max_consecutive_failures: int = DEFAULT_MAX_CONSECUTIVE_FAILURES,
+    min_coverage: float = DEFAULT_MIN_COVERAGE,
 ) -> Window:
     """Scrape `metrics_url` every `interval_s` for `duration_s`; see `Scraper.run`."""
     scraper = Scraper(
@@ -252,5 +291,6 @@ async def scrape_window(
         run_dir=run_dir,
         on_sample=on_sample,
         max_consecutive_failures=max_consecutive_failures,
+        min_coverage=min_coverage,
     )
     return await scraper.run(duration_s, session=session, stop=stop)

@@ -3,7 +3,7 @@
 Counters are turned into increases the way Prometheus `increase()`/`rate()` does: per
 series, between consecutive successful scrapes, a value lower than the previous one means
 the counter was reset (the server restarted) and the new value is all increase since the
-reset. Two refinements Prometheus cannot make but we can, because we hold every page:
+reset. Two refinements Prometheus cannot make but we can, because we see every page:
 - a series whose `_created` timestamp changed was reset even if it has since climbed above
   its old value;
 - a series that appears on a page after an earlier page lacked it was created in between,
@@ -18,30 +18,32 @@ keeps its last good reading as the baseline, so the next good reading counts the
 since then (not its whole lifetime value, as a series that had vanished would). Gauges that
 measure something that cannot be negative (usage, queue lengths, capacities) also drop
 negative readings. Each result says how many readings it left out.
+
+Memory is bounded however long the window: pages are folded in as they arrive
+(window_tally.WindowTally: per-series increases, a thinned sample of whole pages for the
+gauges, counts of failures, bad samples and restarts; its module docstring lists the bounds).
+Below the bounds every figure is the one every page gives; past them, gauges are read from an
+even sample of the pages and per-interval rates from merged intervals, and `describe` says so.
+
+Coverage: a window the scrape loop planned knows how many scrapes it planned and how many of
+them a good page answered (a scrape that fails, and the ticks that pass while it hangs, are
+unanswered). Below `min_coverage` of them the window is incomplete, as one that stopped early.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
 
 from llm_diagnose.probes.http import MalformedMetrics
 from llm_diagnose.probes.metrics.engines import Candidate, Product, Ratio, Sel, selector_parts
-from llm_diagnose.probes.metrics.exposition import (
-    BadSample,
-    HistogramSeries,
-    Labels,
-    Scrape,
-    labels_match,
-    parse_exposition,
-)
+from llm_diagnose.probes.metrics.exposition import BadSample, Scrape, labels_match, parse_exposition
 from llm_diagnose.probes.metrics.histogram import merge_buckets
+from llm_diagnose.probes.metrics.window_tally import MAX_TRACKED_SERIES, WindowTally, summed_buckets
+from llm_diagnose.probes.runfiles import read_json_lines
 from llm_diagnose.probes.runfolder_names import METRICS as METRICS_FILE
 
 __all__ = [
@@ -53,10 +55,17 @@ __all__ = [
     "Window",
     "METRICS_FILE",
     "BAD_NEGATIVE_READING",
+    "DEFAULT_MIN_COVERAGE",
 ]
 
 # Why a gauge reading was left out (the parse-level reasons are exposition.BAD_*).
 BAD_NEGATIVE_READING = "negative reading of a quantity that cannot be negative"
+
+# The share of its planned scrapes a window needs answered to count as complete: the default of
+# the tree's threshold evidence.min_window_coverage (diagnose/tree/thresholds.py), which `run`
+# passes in. 0.8: a fifth of the window unseen is a window cut short (issue 22, item 12: a
+# /metrics that hung answered 3 of 9 scrapes, and the run called its window complete).
+DEFAULT_MIN_COVERAGE = 0.8
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,7 @@ class CounterIncrease:
     resets: int
     intervals: tuple[Interval, ...]
     excluded: int = 0  # bad readings left out (see the module docstring)
+    untracked: int = 0  # readings of series past window_tally.MAX_TRACKED_SERIES, not counted
 
     @property
     def duration_s(self) -> float:
@@ -114,6 +124,7 @@ class HistogramIncrease:
     resets: int
     intervals: tuple[tuple[float, float, float, float], ...]  # (t_start, t_end, count increase, sum increase)
     excluded: int = 0  # bad label sets left out, summed over pages
+    untracked: int = 0  # readings of series past window_tally.MAX_TRACKED_SERIES, not counted
 
     @property
     def mean(self) -> float | None:
@@ -132,89 +143,58 @@ class GaugeSeries:
         return tuple(v for _, v in self.points)
 
 
-def _counter_step(
-    prev: float | None, cur: float, prev_created: float | None, cur_created: float | None
-) -> tuple[float, bool]:
-    """Increase of one counter series between two pages, and whether it was reset."""
-    if prev is None:
-        return cur, False  # created between the two pages: it started from 0
-    restarted = prev_created is not None and cur_created is not None and cur_created != prev_created
-    if cur < prev or restarted:
-        return cur, True
-    return cur - prev, False
-
-
-_Reading = TypeVar("_Reading")  # one series' reading on a page: a counter's value, a histogram
-
-
-def _series_steps(
-    records: Sequence[ScrapeRecord],
-    read: Callable[[Scrape], tuple[Mapping[Labels, _Reading], list[Labels]]],
-    created: Callable[[Scrape, Labels], float | None],
-    step: Callable[[_Reading | None, _Reading, float | None, float | None], tuple[_Reading, bool]],
-) -> tuple[list[tuple[float, float, list[tuple[Labels, _Reading, bool]]]], int]:
-    """Per interval between consecutive good pages: (t_start, t_end, [(labels, increase, reset)]);
-    and how many bad readings were left out.
-
-    `read` gives a page's good readings by label set and the label sets it excluded. A label
-    set excluded on a page keeps its last good reading (and `_created`) as the baseline; one
-    excluded on the first page has no baseline, so its first good reading only starts one.
-    """
-    if not records:
-        return [], 0
-    first = records[0].scrape
-    assert first is not None
-    good, bad = read(first)
-    state: dict[Labels, tuple[_Reading, float | None] | None] = {
-        labels: (v, created(first, labels)) for labels, v in good.items()
-    }
-    for labels in bad:
-        state.setdefault(labels, None)
-    excluded = len(bad)
-    out = []
-    for a, b in zip(records, records[1:]):
-        assert b.scrape is not None
-        good, bad = read(b.scrape)
-        excluded += len(bad)
-        new: dict[Labels, tuple[_Reading, float | None] | None] = {}
-        incs: list[tuple[Labels, _Reading, bool]] = []
-        for labels, value in good.items():
-            cur_created = created(b.scrape, labels)
-            new[labels] = (value, cur_created)
-            if labels not in state:  # created between the two pages: it started from 0
-                inc, was_reset = step(None, value, None, cur_created)
-            else:
-                prev = state[labels]
-                if prev is None:  # only bad readings so far: this one is the baseline
-                    continue
-                inc, was_reset = step(prev[0], value, prev[1], cur_created)
-            incs.append((labels, inc, was_reset))
-        for labels in bad:
-            if labels not in new and labels in state:
-                new[labels] = state[labels]  # carried over the bad reading
-        state = new
-        out.append((a.t_mono, b.t_mono, incs))
-    return out, excluded
-
-
 @dataclass(frozen=True)
 class Window:
-    """Scrapes of one /metrics URL over time, with the analysis the passive probes need."""
+    """Scrapes of one /metrics URL over time, with the analysis the passive probes need.
+
+    Built from `records` (every page folded into a fresh tally), or from a `tally` the scrape
+    loop filled as it went; either way `records` ends up as the records the tally kept (all of
+    them below its bounds).
+    """
 
     source: str  # the redacted metrics URL
-    records: tuple[ScrapeRecord, ...]
+    records: tuple[ScrapeRecord, ...] = ()
     planned_duration_s: float | None = None
     stopped_early: str | None = None  # why the window ended before it was planned to, if it did
     notes: tuple[str, ...] = field(default=())  # e.g. lines of a run folder that could not be read
+    planned_scrapes: int | None = None  # scrapes the loop planned (None: not a planned window)
+    answered_scrapes: int | None = None  # of those, how many a good page answered
+    min_coverage: float = DEFAULT_MIN_COVERAGE
+    tally: WindowTally | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        tally = self.tally
+        if tally is None:
+            tally = WindowTally()
+            for record in self.records:
+                tally.add(record)
+            object.__setattr__(self, "tally", tally)
+        object.__setattr__(self, "records", tally.records())
+
+    @property
+    def _tally(self) -> WindowTally:
+        assert self.tally is not None  # set in __post_init__
+        return self.tally
 
     # --- shape ------------------------------------------------------------------------
     @property
     def ok_records(self) -> tuple[ScrapeRecord, ...]:
+        """The good pages the window kept (every one below window_tally.MAX_KEPT_PAGES)."""
         return tuple(r for r in self.records if r.ok)
 
     @property
     def failed_records(self) -> tuple[ScrapeRecord, ...]:
         return tuple(r for r in self.records if not r.ok)
+
+    @property
+    def n_scrapes(self) -> int:
+        """Scrape attempts, kept or not."""
+        return self._tally.attempts
+
+    @property
+    def n_ok(self) -> int:
+        """Good pages, kept or not."""
+        return self._tally.ok
 
     @property
     def duration_s(self) -> float:
@@ -227,6 +207,37 @@ class Window:
         t = ok[-1].t_wall if ok else 0.0
         return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
 
+    @property
+    def coverage(self) -> float | None:
+        """The share of the planned scrapes a good page answered (None: nothing was planned)."""
+        if not self.planned_scrapes or self.answered_scrapes is None:
+            return None
+        return min(1.0, self.answered_scrapes / self.planned_scrapes)
+
+    @property
+    def short_of_coverage(self) -> str | None:
+        """Why the window's coverage falls short of `min_coverage`, or None when it does not."""
+        coverage = self.coverage
+        if coverage is None or coverage >= self.min_coverage:
+            return None
+        return (
+            f"only {self.answered_scrapes} of {self.planned_scrapes} planned scrapes of {self.source} answered "
+            f"({coverage:.0%}, below the {self.min_coverage:.0%} a complete window needs: "
+            "evidence.min_window_coverage)"
+        )
+
+    @property
+    def incomplete(self) -> str | None:
+        """Why the window is incomplete (stopped early, or too few scrapes answered); None when complete."""
+        reasons = [r for r in (self.stopped_early, self.short_of_coverage) if r]
+        return "; ".join(reasons) if reasons else None
+
+    @property
+    def restarts(self) -> tuple[float, ...]:
+        """Unix times of the pages at which the server had restarted since the page before (a counter
+        series went down, or its `_created` changed): the first window_tally.MAX_KEPT_RESTARTS."""
+        return tuple(self._tally.restarts)
+
     def first_scrape(self) -> Scrape | None:
         ok = self.ok_records
         return ok[0].scrape if ok else None
@@ -237,32 +248,66 @@ class Window:
 
     def describe(self) -> str:
         """One line: how many scrapes, over how long, and whether the window is complete."""
-        n_ok, n = len(self.ok_records), len(self.records)
+        n_ok, n = self.n_ok, self.n_scrapes
         text = f"{n_ok} of {n} scrapes of {self.source} succeeded over {self.duration_s:.1f} s"
-        n_bad = len(self.bad_samples())
+        n_bad = self.bad_sample_count
         if n_bad:
             text += f"; {n_bad} bad sample{'s' if n_bad > 1 else ''} excluded"
+        text += "".join(f"; {part}" for part in self._bounds_hit())
         if self.stopped_early:
             text += f"; stopped early: {self.stopped_early}"
+        if self.short_of_coverage:
+            text += f"; incomplete: {self.short_of_coverage}"
         return text
 
+    def _bounds_hit(self) -> list[str]:
+        """What the window thinned or left out to stay within its memory bounds (window_tally)."""
+        t = self._tally
+        parts = []
+        if t.page_stride > 1:
+            parts.append(
+                f"gauges read from {len(self.ok_records)} of the {self.n_ok} good pages, one in {t.page_stride} "
+                "(MAX_KEPT_PAGES, MAX_KEPT_READINGS)"
+            )
+        if t.interval_stride > 1:
+            parts.append(f"rates per {t.interval_stride} scrape intervals (MAX_INTERVALS)")
+        if t.untracked_total:
+            parts.append(self.untracked_note())
+        return parts
+
+    def untracked_note(self) -> str:
+        """'' or one phrase: readings of series past window_tally.MAX_TRACKED_SERIES, left out."""
+        t = self._tally
+        if not t.untracked_total:
+            return ""
+        names = ", ".join(name for name, _ in t.untracked.most_common(3))
+        return (
+            f"{t.untracked_total} reading(s) of series past the first {MAX_TRACKED_SERIES:,} distinct series left "
+            f"out (MAX_TRACKED_SERIES; a label with unbounded values? e.g. {names or 'many names'})"
+        )
+
+    @property
+    def bad_sample_count(self) -> int:
+        """Samples the window's pages left out as bad (exposition.BAD_*), all pages counted."""
+        return self._tally.bad_count
+
     def bad_samples(self) -> tuple[tuple[float, BadSample], ...]:
-        """Every sample the pages of the window left out, with the page's time (t_mono)."""
-        return tuple((r.t_mono, b) for r in self.records if r.scrape is not None for b in r.scrape.bad)
+        """The first window_tally.MAX_KEPT_BAD_SAMPLES samples the pages left out, with the page's time (t_mono)."""
+        return tuple(self._tally.bad_kept)
 
     def describe_bad_samples(self, limit: int = 4) -> str:
         """One line: the bad samples by name and reason, most frequent first ("" when none)."""
-        bad = self.bad_samples()
-        if not bad:
+        t = self._tally
+        if not t.bad_count:
             return ""
-        pages = len({t for t, _ in bad})
-        counts = Counter((b.name, b.reason) for _, b in bad)
-        parts = [f"{name}: {n} x {reason}" for (name, reason), n in counts.most_common(limit)]
-        if len(counts) > limit:
-            parts.append(f"and {len(counts) - limit} more")
-        example = bad[0][1].describe()
+        n = t.bad_count
+        parts = [f"{name}: {k} x {reason}" for (name, reason), k in t.bad_kinds.most_common(limit)]
+        more = len(t.bad_kinds) - limit + (1 if t.bad_other else 0)
+        if more > 0:
+            parts.append(f"and {more} more")
+        example = t.bad_kept[0][1].describe()
         return (
-            f"{len(bad)} bad sample{'s' if len(bad) > 1 else ''} on {pages} of {len(self.ok_records)} pages "
+            f"{n} bad sample{'s' if n > 1 else ''} on {t.bad_pages} of {self.n_ok} pages "
             f"excluded ({'; '.join(parts)}); first: {example[:200]}"
         )
 
@@ -272,7 +317,7 @@ class Window:
         return all(scrape.has(sel.name, sel.where) for sel in selector_parts(candidate))
 
     def resolve(self, candidates: Sequence[Candidate]) -> Candidate | None:
-        """The first candidate (newest name first) that any successful scrape contains."""
+        """The first candidate (newest name first) that any kept page contains."""
         scrapes = [r.scrape for r in self.ok_records]
         for candidate in candidates:
             if any(self._present(candidate, s) for s in scrapes if s is not None):
@@ -321,6 +366,7 @@ class Window:
         return None
 
     def gauge(self, candidate: Candidate, aggregate: str = "sum", floor: float | None = 0.0) -> GaugeSeries:
+        """The gauge's reading on every kept page (every page below window_tally.MAX_KEPT_PAGES)."""
         points, excluded, negative = [], 0, 0
         for r in self.ok_records:
             assert r.scrape is not None
@@ -338,67 +384,49 @@ class Window:
     # --- counters -----------------------------------------------------------------------
     def counter(self, sel: Sel) -> CounterIncrease:
         """Increase of `sel` over the window, summed over its series, resets handled."""
-        base = sel.name[: -len("_total")] if sel.name.endswith("_total") else sel.name
-
-        def read(scrape: Scrape) -> tuple[dict[Labels, float], list[Labels]]:
-            good, bad = {}, list(scrape.excluded_labels(sel.name, sel.where))
-            for s in scrape.series(sel.name, sel.where):
-                if math.isnan(s.value):
-                    bad.append(s.labels)  # a NaN count: no reading (typed counters never get here)
-                else:
-                    good[s.labels] = s.value
-            return good, bad
-
-        steps, excluded = _series_steps(
-            self.ok_records, read, lambda sc, labels: sc.created_at(base, labels), _counter_step
-        )
-        total, resets, intervals = 0.0, 0, []
-        for t_start, t_end, incs in steps:
-            step = math.fsum(inc for _, inc, _ in incs)
-            resets += sum(was_reset for _, _, was_reset in incs)
+        t = self._tally
+        series = t.counters(sel.name, sel.where)
+        total, intervals = 0.0, []
+        for slot, t_start, t_end in t.intervals():
+            step = math.fsum(s.steps.get(slot) for s in series if s.steps is not None)
             total += step
             intervals.append(Interval(t_start, t_end, step))
-        return CounterIncrease(sel.describe(), total, resets, tuple(intervals), excluded)
+        return CounterIncrease(
+            sel.describe(),
+            total,
+            sum(s.resets for s in series),
+            tuple(intervals),
+            sum(s.excluded for s in series),
+            t.untracked_readings(sel.name),
+        )
 
     # --- histograms -------------------------------------------------------------------
     def histogram(self, sel: Sel) -> HistogramIncrease:
         """Bucket increases of a histogram over the window, summed over label sets."""
-
-        def read(scrape: Scrape) -> tuple[dict[Labels, HistogramSeries], list[Labels]]:
-            return (
-                {h.labels: h for h in scrape.histogram(sel.name, sel.where)},
-                list(scrape.excluded_labels(sel.name, sel.where)),
-            )
-
-        steps, excluded = _series_steps(
-            self.ok_records, read, lambda sc, labels: sc.created_at(sel.name, labels), _histogram_step
-        )
-        per_series: dict[Labels, list[tuple[tuple[float, float], ...]]] = {}
+        t = self._tally
+        series = t.histograms(sel.name, sel.where)
         count = total_sum = 0.0
-        resets = 0
         intervals = []
-        for t_start, t_end, incs in steps:
+        for slot, t_start, t_end in t.intervals():
             step_count = step_sum = 0.0
-            for labels, inc, was_reset in incs:
-                resets += was_reset
-                per_series.setdefault(labels, []).append(inc.buckets)
-                step_count += _finite(inc.count)
-                step_sum += _finite(inc.sum)
+            for s in series:
+                if s.steps is not None and s.sums is not None:
+                    step_count += s.steps.get(slot)
+                    step_sum += s.sums.get(slot)
             count += step_count
             total_sum += step_sum
             intervals.append((t_start, t_end, step_count, step_sum))
-        summed = []
-        for parts in per_series.values():
-            # Each series' increases over consecutive intervals add up bucket by bucket.
-            summed.append(merge_buckets(parts))
+        # Each series' increases over consecutive intervals add up bucket by bucket.
+        summed = [summed_buckets(s) for s in series if s.buckets is not None]
         return HistogramIncrease(
             sel.describe(),
             merge_buckets(summed) if summed else (),
             count,
             total_sum,
-            resets,
+            sum(s.resets for s in series),
             tuple(intervals),
-            excluded,
+            sum(s.excluded for s in series),
+            t.untracked_readings(sel.name),
         )
 
     # --- persistence ------------------------------------------------------------------
@@ -406,32 +434,32 @@ class Window:
     def from_jsonl(cls, path: str | Path, source: str | None = None) -> Window:
         """Rebuild a window from a run folder's metrics.jsonl (or the file itself).
 
-        Lines that are not JSON (a run killed mid-write) are skipped and listed in `notes`;
-        pages that do not parse become failed records with the parser's message.
+        Read as every run-folder file is (runfiles.read_json_lines: a plain file, never a link;
+        UnsafePathError otherwise). Lines that cannot be read (a run killed mid-write, over the line
+        cap, not UTF-8) or that are no scrape record are skipped and listed in `notes`; pages that
+        do not parse become failed records with the parser's message.
         """
         p = Path(path)
         if p.is_dir():
             p = p / METRICS_FILE
-        records: list[ScrapeRecord] = []
+        tally = WindowTally()  # pages folded in as they are read: memory stays bounded
         notes: list[str] = []
         seen_source = source
-        with open(p, encoding="utf-8", errors="replace") as fh:  # a stray byte spoils its line only
-            for number, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    d = json.loads(line)
-                    t_wall, t_mono = float(d["t_wall"]), float(d["t_mono"])
-                except (ValueError, KeyError, TypeError):
-                    notes.append(f"{p.name} line {number} is not a scrape record (truncated write?); skipped")
-                    continue
-                seen_source = seen_source or d.get("url")
-                records.append(
-                    record_from_text(
-                        t_wall, t_mono, d.get("text"), d.get("error"), d.get("elapsed_s"), seen_source or str(p)
-                    )
+        for line in read_json_lines(p):
+            d = line.obj or {}  # None: unreadable, and line.why says why
+            try:
+                t_wall, t_mono = float(d["t_wall"]), float(d["t_mono"])
+            except (ValueError, KeyError, TypeError):
+                why = line.why or "no t_wall and t_mono times"
+                notes.append(f"{p.name} line {line.number} is not a scrape record ({why}); skipped")
+                continue
+            seen_source = seen_source or d.get("url")
+            tally.add(
+                record_from_text(
+                    t_wall, t_mono, d.get("text"), d.get("error"), d.get("elapsed_s"), seen_source or str(p)
                 )
-        return cls(seen_source or str(p), tuple(records), notes=tuple(notes))
+            )
+        return cls(seen_source or str(p), notes=tuple(notes), tally=tally)
 
 
 def record_from_text(
@@ -444,24 +472,6 @@ def record_from_text(
         return ScrapeRecord(t_wall, t_mono, parse_exposition(text, source), None, elapsed_s)
     except MalformedMetrics as exc:
         return ScrapeRecord(t_wall, t_mono, None, str(exc), elapsed_s)
-
-
-def _finite(x: float) -> float:
-    return x if math.isfinite(x) else 0.0
-
-
-def _histogram_step(
-    prev: HistogramSeries | None, cur: HistogramSeries, prev_created: float | None, cur_created: float | None
-) -> tuple[HistogramSeries, bool]:
-    if prev is None:
-        return cur, False
-    prev_buckets = dict(prev.buckets)
-    restarted = prev_created is not None and cur_created is not None and cur_created != prev_created
-    shrunk = cur.count < prev.count or any(c < prev_buckets.get(e, 0.0) for e, c in cur.buckets)
-    if restarted or shrunk:
-        return cur, True
-    buckets = tuple((e, c - prev_buckets.get(e, 0.0)) for e, c in cur.buckets)
-    return HistogramSeries(cur.labels, buckets, cur.count - prev.count, cur.sum - prev.sum), False
 
 
 def label_values(scrape: Scrape, name: str, where: Iterable[tuple[str, str]] = ()) -> list[dict[str, str]]:

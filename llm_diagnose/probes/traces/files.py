@@ -10,17 +10,15 @@ from __future__ import annotations
 import codecs
 import io
 import zlib
-from collections.abc import Iterator
 
+# The line cap and the splitter are the run-folder reader's too (one piece of code: bounded_lines.py).
+from llm_diagnose.probes.bounded_lines import MAX_LINE_BYTES, too_long
+from llm_diagnose.probes.bounded_lines import bounded_lines as _lines  # noqa: F401  (the trace readers' name)
 from llm_diagnose.probes.traces.errors import TraceFormatError
 from llm_diagnose.probes.traces.records import LineLog
 
 __all__ = ["MAX_LINE_BYTES"]
-# The longest line read (bytes, newline included). A request line of a real trace is a few KB
-# (a 128k-token prompt as ids: under 1 MB); a longer one is skipped and counted, read past in
-# 1 MB pieces, so one bad line cannot take gigabytes of memory.
-MAX_LINE_BYTES = 16 << 20
-_TOO_LONG = f"longer than {MAX_LINE_BYTES >> 20} MiB (MAX_LINE_BYTES): skipped unread"
+_TOO_LONG = too_long(MAX_LINE_BYTES)
 
 
 class _GzipStream(io.RawIOBase):
@@ -109,20 +107,3 @@ def _damage_skipped(f, log: LineLog, line: int) -> None:
     if damage:
         log.lines += 1
         log.skip(line, f"{damage}: the rest of the file is unreadable")
-
-
-def _lines(f, max_line_bytes: int) -> Iterator[tuple[int, bytes | None]]:
-    """(line number from 1, the line) for every line; None for a line over max_line_bytes, which
-    is read past a piece at a time (never held whole)."""
-    readline, limit, n = f.readline, max_line_bytes + 1, 0
-    while True:
-        raw = readline(limit)
-        if not raw:
-            return
-        n += 1
-        if len(raw) == limit and raw[-1] != 10:  # (10: the newline)
-            while raw and raw[-1] != 10:
-                raw = readline(1 << 20)
-            yield n, None
-        else:
-            yield n, raw
