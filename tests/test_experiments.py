@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -128,7 +129,12 @@ def test_decode_latency_agrees_with_the_servers_inter_token_histogram(small_vllm
         # baseline brackets the levels, so such drift is caught and said; no second try here.
         if growth.value <= 0.5:
             assert any("drifted" in w for w in growth.warnings), (growth.value, growth.warnings, growth.note)
-    records = list(read_records(tmp_path))
+    # One calibration request first (it sized the experiment from the server's measured speed), then decode's.
+    calibration = [r for r in read_records(tmp_path) if r.experiment == "calibration"]
+    assert len(calibration) == 1 and isinstance(results[Q.CALIBRATION_ITL], Measurement)
+    events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "experiments-sized" and e["why"]["decode"] for e in events)
+    records = [r for r in read_records(tmp_path) if r.experiment != "calibration"]
     assert records and all(r.experiment == "decode" and r.t_send > 0 for r in records)
     assert all(r.completed or r.fault is FaultKind.STOPPED_BY_CLIENT for r in records)
     lines = [json.loads(x) for x in (tmp_path / "requests.jsonl").read_text().splitlines()]
@@ -428,6 +434,19 @@ def test_streams_that_arrived_whole_are_left_out_of_the_decode_growth():
     assert any("left out" in w for w in warnings) and any("drifted 0.42x" in w for w in warnings), warnings
 
 
+def test_the_steepest_rise_between_neighbouring_levels_is_measured_against_the_streams():
+    # 5 ms a token alone, 50 ms at 2 streams (10x for 2x the streams: 5x steeper), 100 ms at 8 (2x for 4x).
+    batch1 = [_paced(f"b{i}", i, 0.005) for i in range(4)]
+    closing = [_paced(f"c{i}", 30 + i, 0.005) for i in range(2)]
+    two = [_paced(f"t{i}", 10.0, 0.050, phase="c2") for i in range(2)]
+    eight = [_paced(f"e{i}", 20.0, 0.100, phase="c8") for i in range(8)]
+    out = analyse_decode(_ctx(), batch1, {2: two, 8: eight}, ServerDelta(None, None), closing).results
+    jump = out[Q.DECODE_ITL_JUMP]
+    assert isinstance(jump, Measurement) and jump.value == pytest.approx(5.0, rel=1e-6), jump
+    assert "at 2 streams against" in jump.note and "at 1:" in jump.note, jump.note
+    assert out[Q.DECODE_ITL_GROWTH].value == pytest.approx(20.0, rel=1e-6)  # the whole ladder: 100 / 5 ms
+
+
 def test_interference_analysis_finds_the_stall_inside_prefill_windows():
     plan = InterferencePlan(streams=1, baseline_s=1.0, prompt_tokens=(500, 1000))
     stall_at = {150: 0.05, 220: 0.10}  # 10 ms gaps, with a 50 ms stall in the first window and 100 ms in the second
@@ -445,6 +464,42 @@ def test_interference_analysis_finds_the_stall_inside_prefill_windows():
     assert isinstance(inflation, Measurement) and inflation.value > 1.5
     assert result[Q.INTERFERENCE_STALL_MAX].value == pytest.approx(0.09, abs=1e-6)
     assert result[Q.INTERFERENCE_STALL_GROWTH].value == pytest.approx(0.09 / 0.04, rel=1e-6)  # grows: unchunked
+
+
+def test_interference_interval_resamples_injections_and_lengths_are_the_servers_count():
+    """Gaps in one prefill window share its stall: the interval resamples the four injections, so it
+    is wider than one that takes their forty gaps as independent. Text prompts sized without
+    /tokenize are estimates: the stalls are labelled with usage.prompt_tokens, the server's count."""
+    from llm_diagnose.probes.experiments.common import ratio_with_bootstrap_ci
+
+    plan = InterferencePlan(streams=1, baseline_s=1.0, prompt_tokens=(900, 3000), step_tokens=2048)
+    # 10 ms gaps; four windows of 10 gaps each, every gap in a window slowed by that window's own stall.
+    windows = {150: 0.02, 200: 0.05, 250: 0.03, 300: 0.08}
+    t, times, during = 0.0, [], []
+    for i in range(400):
+        stall = next((s for start, s in windows.items() if start <= i < start + 10), 0.0)
+        t += 0.01 + stall
+        times.append(t)
+        if stall:
+            during.append(0.01 + stall)
+    steady = [_stream("s", 0.0, times)]
+    injected = [
+        replace(_stream(f"i{k}", times[start - 1], [times[start + 9]], "inject", tag), prompt_tokens=counted)
+        for k, (start, tag, counted) in enumerate(
+            ((150, "900", 950), (200, "3000", 3100), (250, "900", 950), (300, "3000", 3100))
+        )
+    ]
+    result = analyse_interference(_ctx(), plan, steady, injected, t_start=0.0, baseline_end=1.0).results
+    inflation = result[Q.ITL_INFLATION]
+    assert isinstance(inflation, Measurement) and inflation.summary is not None
+    assert "resampling the 4 injections" in inflation.note
+    baseline = [0.01] * 90 + [0.0101] * 10  # what the baseline holds: 10 ms gaps
+    _, per_gap = ratio_with_bootstrap_ci(during, baseline, seed=len(during), statistic=statistics.fmean)
+    assert inflation.summary.ci_high - inflation.summary.ci_low > per_gap.ci_high - per_gap.ci_low
+    growth = result[Q.INTERFERENCE_STALL_GROWTH]
+    assert isinstance(growth, Measurement)
+    assert "at 3100 / at 950 prompt tokens" in growth.note and "as the server counted them" in growth.note
+    assert "the longer must be chunked" in growth.note and "unbounded" in growth.note  # 0.065/0.025 grows
 
 
 def test_merged_events_on_an_engine_without_spec_decoding_are_not_read_as_acceptance():

@@ -43,7 +43,7 @@ from llm_diagnose.probes.http import (
 )
 from llm_diagnose.probes.metrics import ENGINE_METRICS, Scraper, Window, passive_evidence, scrape_window
 from llm_diagnose.probes.metrics.window import record_from_text
-from llm_diagnose.probes.nvml import Nvml, memory_evidence, read_gpu_memory
+from llm_diagnose.probes.nvml import Nvml, UnknownGpu, memory_evidence, read_gpu_memory, select_devices
 from llm_diagnose.probes.results import Measurement, NotMeasured
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
@@ -355,11 +355,19 @@ class FakeNVMLError(Exception):
 
 
 def fake_pynvml(
-    *, init_error: int | None = None, memory_supported: bool = True, processes: list | None | str = "default"
+    *,
+    init_error: int | None = None,
+    memory_supported: bool = True,
+    processes: list | dict | None | str = "default",
+    count: int = 2,
+    used_gib: float = 60,
 ) -> SimpleNamespace:
     """A stand-in for the pynvml module: FAKE, because this machine has no NVIDIA GPU or driver.
 
     It mimics the calls llm_diagnose.probes.nvml makes and raises NVMLError-like errors with NVML's codes.
+    `count` GPUs of 80 GiB, `used_gib` used on each; `processes`: the one list every GPU reports, or
+    {index: list} per GPU (an empty list: the driver answers and lists none, as in a container
+    without the host's PID namespace), None for the query refused.
     """
     gib = 1 << 30
 
@@ -370,13 +378,16 @@ def fake_pynvml(
     def memory(handle):
         if not memory_supported:
             raise FakeNVMLError(3)  # NOT_SUPPORTED (unified-memory parts)
-        return SimpleNamespace(total=80 * gib, used=60 * gib, free=20 * gib)
+        used = int(used_gib * gib)
+        return SimpleNamespace(total=80 * gib, used=used, free=80 * gib - used)
 
     def procs(handle):
         if processes is None:
             raise FakeNVMLError(4)  # NO_PERMISSION (containers)
         if processes == "default":
             return [SimpleNamespace(pid=4242, usedGpuMemory=58 * gib)] if handle == 0 else []
+        if isinstance(processes, dict):
+            return processes.get(handle, [])
         return processes
 
     return SimpleNamespace(
@@ -388,7 +399,7 @@ def fake_pynvml(
         NVML_ERROR_DRIVER_NOT_LOADED=9,
         nvmlInit=init,
         nvmlShutdown=lambda: None,
-        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetCount=lambda: count,
         nvmlDeviceGetHandleByIndex=lambda i: i,
         nvmlDeviceGetMemoryInfo=memory,
         nvmlDeviceGetComputeRunningProcesses=procs,
@@ -445,6 +456,69 @@ class TestNvml:
 
         reading = Nvml(importer=importer).read()
         assert "not installed" in reading.reason and "nvidia-ml-py" in reading.hint
+
+    # --- which GPUs are the server's (issue 26, item 5) -----------------------------------------
+    def test_gpus_by_index_and_by_uuid_read_only_those(self):
+        reading = read_gpu_memory(fake_pynvml(count=4, processes=[]))
+        for gpus in ((1, 3), ("GPU-1", "gpu-3"), (3, "GPU-1")):  # indices, UUIDs (any case), mixed
+            ev = memory_evidence(reading, gpus=gpus)
+            assert ev["memory.device_total_bytes"].value == 2 * 80 * (1 << 30), gpus  # two of the four
+            assert ev["memory.gpu_selection"].value == "asked"
+            assert "GPUs [1, 3] (as --gpus asked)" in ev["memory.device_total_bytes"].note
+            assert "GPU0" not in ev["memory.device_total_bytes"].provenance.source
+
+    def test_an_unknown_gpu_is_refused_naming_the_ones_the_node_has(self):
+        reading = read_gpu_memory(fake_pynvml(count=2))
+        for gpus in ((0, 7), ("GPU-9",)):
+            with pytest.raises(UnknownGpu) as info:
+                select_devices(reading, gpus)
+            assert str(info.value).startswith(f"no GPU {gpus[-1]} on this node: it has GPU0 (GPU-0), GPU1 (GPU-1)")
+
+    def test_memory_used_with_no_process_listed_says_the_processes_are_hidden(self):
+        # The driver answers the process query but lists nothing (its PID namespace is not this
+        # container's), while 60 GiB are in use: not "no compute process".
+        ev = memory_evidence(read_gpu_memory(fake_pynvml(count=4, processes=[])))
+        hole = ev["memory.processes_used_bytes"]
+        assert isinstance(hole, NotMeasured) and hole.reason.startswith("processes hidden (PID namespace)")
+        assert "GPU3: 60.00 GiB used" in hole.reason and "--pid=host" in hole.hint
+        # A GPU that holds only the driver's reservation has no process: that is what it says then.
+        idle = memory_evidence(read_gpu_memory(fake_pynvml(count=1, processes=[], used_gib=0.4)))
+        assert idle["memory.processes_used_bytes"].reason == "no compute process runs on these devices"
+
+    def test_falling_back_to_every_gpu_of_the_node_says_so_and_suggests_gpus(self, tmp_path):
+        from llm_diagnose.diagnose.collect import RunPlan, finish_run, gpu_selection_line
+
+        ev = memory_evidence(read_gpu_memory(fake_pynvml(count=8, processes=[])))
+        assert ev["memory.gpu_selection"].value == "node"
+        assert ev["memory.device_total_bytes"].value == 8 * 80 * (1 << 30)
+        note = ev["memory.device_total_bytes"].note
+        assert note.startswith("every GPU of the node (8): no compute process is visible") and "--gpus" in note
+        line = gpu_selection_line(ev)
+        assert line.startswith("GPU MEMORY READ ON every GPU of the node (8)") and "--gpus" in line
+        result = finish_run(RunPlan(url="http://127.0.0.1:9", out_dir=tmp_path), dict(ev))
+        assert (tmp_path / "summary.txt").read_text().startswith(line)
+        assert result.evidence.fact("memory.gpu_selection") == "node"
+        # One GPU, or --gpus, or GPUs chosen by their processes: nothing to say.
+        assert not gpu_selection_line(memory_evidence(read_gpu_memory(fake_pynvml(count=1, processes=[]))))
+        assert not gpu_selection_line(memory_evidence(read_gpu_memory(fake_pynvml(count=8, processes=[])), gpus=(0,)))
+        assert not gpu_selection_line(memory_evidence(read_gpu_memory(fake_pynvml())))
+
+    def test_the_servers_own_processes_pick_its_gpus_from_other_tenants(self):
+        gib = 1 << 30
+        per_gpu = {
+            0: [SimpleNamespace(pid=100, usedGpuMemory=50 * gib)],  # the server
+            2: [SimpleNamespace(pid=900, usedGpuMemory=30 * gib)],  # another tenant (host PID namespace)
+        }
+        reading = read_gpu_memory(fake_pynvml(count=4, processes=per_gpu))
+        ours = memory_evidence(reading, server_pids={100, 101})
+        assert ours["memory.gpu_selection"].value == "server"
+        assert ours["memory.processes_used_bytes"].value == 50 * gib
+        assert "pids [100]" in ours["memory.device_total_bytes"].note
+        # Without the server's pids every GPU that runs a process counts, and the note says what that risks.
+        anyone = memory_evidence(reading)
+        assert anyone["memory.gpu_selection"].value == "processes"
+        assert anyone["memory.processes_used_bytes"].value == 80 * gib
+        assert "another tenant's GPU" in anyone["memory.device_total_bytes"].note
 
 
 # --- a real vLLM server ----------------------------------------------------------------------

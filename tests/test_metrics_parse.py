@@ -647,6 +647,26 @@ def test_real_kv_pressure_pages():
     assert ev["throughput.generation_tokens_per_s"].value == pytest.approx(592 / 0.5)
 
 
+def test_the_fullest_step_and_the_engine_side_prefill_and_running_times():
+    """vllm:iteration_tokens_total, request_prefill_time_seconds and request_inference_time_seconds,
+    on the same two real pages: between them the fullest step held 513-1024 tokens (two steps in
+    that bucket, none above), and two requests finished."""
+    ev = passive_evidence(
+        window_of(
+            page("vllm-0.32.0-cpu-kv-pressure-real-a.txt"), page("vllm-0.32.0-cpu-kv-pressure-real-b.txt"), dt=0.5
+        )
+    )
+    step = ev["batch.step_tokens_max"]
+    assert isinstance(step, Measurement) and step.value == 1024
+    assert "between 512 and 1024" in step.note and "vllm:iteration_tokens_total" in step.provenance.source
+    for key in ("latency.prefill_time_p50_s", "latency.inference_time_p50_s"):
+        assert isinstance(ev[key], Measurement) and ev[key].value > 0, ev[key]
+    # An engine that does not count tokens per step: an explicit hole naming what was looked for.
+    sglang = passive_evidence(window_of(page("sglang-0.5.23-cpu-real.txt"), page("sglang-0.5.23-cpu-real.txt")))
+    assert isinstance(sglang["batch.step_tokens_max"], NotMeasured)
+    assert "tokens per engine step" in sglang["batch.step_tokens_max"].reason
+
+
 def _with_e2e(text: str, count: float, total_s: float) -> str:
     lab = 'engine="0",model_name="m"'
     return text + (

@@ -22,10 +22,13 @@ from llm_diagnose.probes.stats import (
     Interval,
     bootstrap_comparison,
     bootstrap_interval,
+    cluster_bootstrap_comparison,
     comparison_of,
+    expanded_level,
     median_ci,
     percentile,
     spearman,
+    student_t_quantile,
 )
 
 
@@ -354,6 +357,66 @@ def test_spearman_edges():
     assert spearman([1.0, 2.0, 3.0], [0.0, 0.0, 0.0]) is None
     with pytest.raises(ValueError, match="NaN"):
         spearman([1.0, math.nan, 3.0], [1.0, 2.0, 3.0])
+
+
+# --- the cluster bootstrap ------------------------------------------------------------------------------
+def _clustered_trial(rng: np.random.Generator, injections: int) -> tuple[list[float], list[list[float]]]:
+    """Baseline gaps around 10 ms, and the gaps of `injections` prefill windows: each window's gaps
+    share its own stall (lognormal around 30 ms, as prefills of different lengths and moments do)."""
+    base = list(10 * rng.lognormal(0, 0.2, size=200))
+    stalls = 30 * rng.lognormal(0, 0.6, size=injections)
+    return base, [list(s * rng.lognormal(0, 0.05, size=10)) for s in stalls]
+
+
+def test_gaps_clustered_by_injection_get_a_wider_interval_that_covers_the_truth():
+    """Issue 26: the interference interval resampled single gaps as if independent, while the gaps of
+    one injection move together. Over 100 simulated runs of five injections the per-gap interval
+    covers the true ratio about a third of the time; the cluster interval (injections resampled,
+    expanded for five of them) is wider in every run and covers it about nine times in ten."""
+    rng = np.random.default_rng(5)
+    truth = 30 * math.exp(0.6**2 / 2) / (10 * math.exp(0.2**2 / 2))  # the ratio of the two means
+    covered_cluster = covered_gap = wider = 0
+    trials = 100
+    for seed in range(trials):
+        base, groups = _clustered_trial(rng, 5)
+        pooled = [x for g in groups for x in g]
+        cluster = cluster_bootstrap_comparison([[x] for x in base], groups, "mean", compare="ratio", seed=seed)
+        per_gap = bootstrap_comparison(base, pooled, "mean", compare="ratio", seed=seed)
+        assert cluster.point == pytest.approx(per_gap.point)  # the same figure, a different interval
+        covered_cluster += cluster.low <= truth <= cluster.high
+        covered_gap += per_gap.low <= truth <= per_gap.high
+        wider += cluster.high - cluster.low > per_gap.high - per_gap.low
+    assert wider == trials
+    assert covered_gap / trials < 0.5 and covered_cluster / trials >= 0.85, (covered_gap, covered_cluster)
+
+
+def test_cluster_bootstrap_of_single_values_is_the_plain_bootstrap():
+    """Groups of one are independent values: about the plain bootstrap's interval (other draws, and
+    for 30 groups an expansion of a few percent)."""
+    rng = np.random.default_rng(2)
+    base, other = list(rng.lognormal(0, 0.3, 40)), list(rng.lognormal(0.5, 0.3, 30))
+    plain = bootstrap_comparison(base, other, "mean", compare="ratio", seed=4, resamples=4000)
+    grouped = cluster_bootstrap_comparison(
+        [[x] for x in base], [[x] for x in other], "mean", compare="ratio", seed=4, resamples=4000
+    )
+    assert grouped.point == pytest.approx(plain.point)
+    assert 1.0 <= (grouped.high - grouped.low) / (plain.high - plain.low) <= 1.15
+    median = cluster_bootstrap_comparison([[1.0, 2.0], [3.0]], [[4.0], [6.0, 8.0]], "median", compare="difference")
+    assert median.point == pytest.approx(6.0 - 2.0) and median.low <= median.point <= median.high
+    with pytest.raises(ValueError, match="empty"):
+        cluster_bootstrap_comparison([[1.0], []], [[2.0]], compare="ratio")
+    with pytest.raises(ValueError, match="no groups"):
+        cluster_bootstrap_comparison([], [[2.0]], compare="ratio")
+
+
+def test_student_t_quantiles_and_the_expanded_level():
+    scipy_stats = _scipy_stats()
+    for df in (1, 2, 3, 4, 6, 10, 30):
+        for p in (0.9, 0.975, 0.995):
+            assert student_t_quantile(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=0.01), (p, df)
+    assert expanded_level(0.95, 1) == 0.95  # nothing to expand
+    assert expanded_level(0.95, 5) > 0.995  # five groups: far into the tails
+    assert expanded_level(0.95, 10_000) == pytest.approx(0.95, abs=1e-3)  # many groups: the plain level
 
 
 # --- the import ----------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ can be injected (`Nvml(module=...)`), which is how the tests run without a GPU.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -22,12 +22,13 @@ from llm_diagnose.probes.quantities import (
     DEVICE_FREE_FRACTION,
     DEVICE_TOTAL_BYTES,
     DEVICE_USED_BYTES,
+    GPU_SELECTION,
     KV_CACHE_BYTES,
     PROCESSES_USED_BYTES,
     WEIGHTS_BYTES,
     WEIGHTS_FRACTION,
 )
-from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, now_iso
+from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Provenance, Result, now_iso
 
 __all__ = [
     "ProcessMemory",
@@ -37,13 +38,36 @@ __all__ = [
     "Nvml",
     "read_gpu_memory",
     "memory_evidence",
+    "GpuSelector",
+    "DeviceSelection",
+    "UnknownGpu",
+    "select_devices",
+    "check_gpus",
     "NVML_KEYS",
     "NO_GPU_HINT",
+    "HIDDEN_PROCESS_BYTES",
 ]
 
-NVML_KEYS = (DEVICE_TOTAL_BYTES, DEVICE_USED_BYTES, DEVICE_FREE_FRACTION, PROCESSES_USED_BYTES, WEIGHTS_FRACTION)
+NVML_KEYS = (
+    DEVICE_TOTAL_BYTES,
+    DEVICE_USED_BYTES,
+    DEVICE_FREE_FRACTION,
+    PROCESSES_USED_BYTES,
+    WEIGHTS_FRACTION,
+    GPU_SELECTION,
+)
 NO_GPU_HINT = "run llm-diagnose on the GPU host, or in the sidecar described in the README"
 GIB = 1 << 30
+# A device with no process on it still shows the driver's own reservation as used (a few hundred
+# MiB on A100/H100 through the v1 memory query). Above 1 GiB used with no process listed, some
+# process holds the memory that this container cannot see: it is in another PID namespace.
+HIDDEN_PROCESS_BYTES = GIB
+PID_HINT = "run the sidecar in the host's PID namespace (docker --pid=host, Kubernetes hostPID: true)"
+GPUS_HINT = "give --gpus with the server's GPUs (indices or UUIDs, as `nvidia-smi -L` lists them)"
+
+# A GPU named on the command line: its NVML index (nvidia-smi's order, not CUDA_VISIBLE_DEVICES')
+# or its UUID (GPU-...).
+GpuSelector = int | str
 
 # NVML return codes (nvml.h); read from the module when it has them, so a fake can differ.
 _QUIET_CODES = {"NVML_ERROR_NOT_SUPPORTED": 3, "NVML_ERROR_NO_PERMISSION": 4, "NVML_ERROR_FUNCTION_NOT_FOUND": 13}
@@ -215,37 +239,129 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
+class UnknownGpu(ValueError):
+    """A GPU asked for (--gpus) that this node does not have; the message lists the ones it has."""
+
+
+@dataclass(frozen=True)
+class DeviceSelection:
+    """The devices whose memory is the server's, and on what basis they were chosen.
+
+    `basis`: "asked" (--gpus), "server" (they run the server's own processes), "processes" (they run
+    some compute process, whose ever it is), "node" (every GPU of a node of several: no process is
+    visible to choose by), "only" (the node's one GPU). `note` says which and why, in words.
+    """
+
+    devices: tuple[DeviceMemory, ...]
+    basis: str
+    note: str
+
+
+def _name(d: DeviceMemory) -> str:
+    return f"GPU{d.index}" + (f" ({d.uuid})" if d.uuid else "")
+
+
+def _inventory(devices: Sequence[DeviceMemory], limit: int = 8) -> str:
+    shown = ", ".join(_name(d) for d in devices[:limit])
+    more = f" and {len(devices) - limit} more" if len(devices) > limit else ""
+    return (shown + more) or "no GPU"
+
+
+def _matches(d: DeviceMemory, selector: GpuSelector) -> bool:
+    if isinstance(selector, int):
+        return d.index == selector
+    return d.uuid is not None and d.uuid.lower() == selector.lower()
+
+
+def select_devices(
+    reading: GpuMemoryReading, gpus: Sequence[GpuSelector] | None = None, server_pids: Collection[int] = ()
+) -> DeviceSelection:
+    """The server's devices: those asked for (`gpus`), else those running its processes
+    (`server_pids`: the processes listening on its port and their children, where this host
+    shows them), else those running any compute process, else every GPU of the node.
+
+    Raises:
+        UnknownGpu: a GPU in `gpus` that the node does not have (the message lists those it has).
+    """
+    devices = reading.devices
+    if gpus:
+        unknown = [str(g) for g in gpus if not any(_matches(d, g) for d in devices)]
+        if unknown:
+            raise UnknownGpu(
+                f"no GPU {', '.join(unknown)} on this node: it has {_inventory(devices)} "
+                "(give indices or UUIDs as `nvidia-smi -L` lists them)"
+            )
+        chosen = tuple(d for d in devices if any(_matches(d, g) for g in gpus))
+        return DeviceSelection(chosen, "asked", f"GPUs {[d.index for d in chosen]} (as --gpus asked)")
+    pids = set(server_pids)
+    ours = tuple(d for d in devices if any(p.pid in pids for p in d.processes))
+    if ours:
+        mine = sorted({p.pid for d in ours for p in d.processes if p.pid in pids})
+        return DeviceSelection(
+            ours, "server", f"GPUs {[d.index for d in ours]} (those running the server's processes, pids {mine})"
+        )
+    busy = tuple(d for d in devices if d.processes)
+    if busy:
+        return DeviceSelection(
+            busy,
+            "processes",
+            f"GPUs {[d.index for d in busy]} (those running compute processes: another tenant's GPU among them "
+            f"would be counted as the server's; {GPUS_HINT})",
+        )
+    if len(devices) == 1:
+        return DeviceSelection(devices, "only", f"GPU{devices[0].index} (the node's only GPU)")
+    return DeviceSelection(
+        devices,
+        "node",
+        f"every GPU of the node ({len(devices)}): no compute process is visible to tell the server's GPUs "
+        f"from other tenants'; {GPUS_HINT}",
+    )
+
+
+def check_gpus(gpus: Sequence[GpuSelector], module: ModuleType | Any | None = None) -> NvmlUnavailable | None:
+    """Check `gpus` against this node's GPUs before anything else is done: UnknownGpu if it lacks
+    one; why they could not be checked (no driver: the memory keys will say so), or None."""
+    reading = read_gpu_memory(module)
+    if isinstance(reading, NvmlUnavailable):
+        return reading
+    select_devices(reading, gpus)
+    return None
+
+
+def _hidden(d: DeviceMemory) -> bool:
+    """Memory in use with no process listed, where the driver does list processes: they are hidden."""
+    return d.processes_visible and not d.processes and (d.used_bytes or 0) > HIDDEN_PROCESS_BYTES
+
+
 def memory_evidence(
     reading: GpuMemoryReading | NvmlUnavailable | None = None,
     *,
     engine: Mapping[str, Result] | None = None,
-    device_indices: Sequence[int] | None = None,
+    gpus: Sequence[GpuSelector] | None = None,
+    server_pids: Collection[int] = (),
 ) -> dict[str, Result]:
     """The memory keys of the evidence from one NVML reading (taken now when not given).
 
     `engine` is the evidence from the engine's own metrics (`passive_evidence`): its
-    memory.weights_bytes, where exposed, gives the weights' share of one device.
-    `device_indices` restricts the sums to the devices the engine uses; by default, the
-    devices that run compute processes, or all of them when none is visible.
+    memory.weights_bytes, where exposed, gives the weights' share of one device. The devices
+    summed are `select_devices(reading, gpus, server_pids)`'s; memory.gpu_selection says which.
     """
     if reading is None:
         reading = read_gpu_memory()
     if isinstance(reading, NvmlUnavailable):
         hole = NotMeasured(reading.reason, reading.hint, Provenance("nvml", "local NVML"))
         return dict.fromkeys(NVML_KEYS, hole)
+    try:
+        selection = select_devices(reading, gpus, server_pids)
+    except UnknownGpu as exc:  # checked before the run (check_gpus): a GPU gone since
+        hole = NotMeasured(str(exc), GPUS_HINT, Provenance("nvml", "local NVML", taken_at=reading.taken_at))
+        return dict.fromkeys(NVML_KEYS, hole)
 
-    devices = list(reading.devices)
-    if device_indices is not None:
-        devices = [d for d in devices if d.index in set(device_indices)]
-        which = f"devices {sorted(d.index for d in devices)} (as asked)"
-    elif any(d.processes for d in devices):
-        devices = [d for d in devices if d.processes]
-        which = f"devices {[d.index for d in devices]} (those running compute processes)"
-    else:
-        which = f"all {len(devices)} devices (no compute processes visible to pick the engine's)"
+    devices = selection.devices
+    which = selection.note
     source = ", ".join(f"GPU{d.index} {d.name}" for d in devices) or "no device"
     prov = Provenance("nvml", source, taken_at=reading.taken_at)
-    out: dict[str, Result] = {}
+    out: dict[str, Result] = {GPU_SELECTION: Fact(selection.basis, prov, note=which)}
 
     # (device, total bytes, used bytes) where the driver reports both
     with_memory = [
@@ -269,28 +385,42 @@ def memory_evidence(
         out[DEVICE_USED_BYTES] = Measurement(float(used), "bytes", prov, note=note)
         out[DEVICE_FREE_FRACTION] = Measurement(free / total if total else 0.0, "fraction", prov, note=note)
 
+    out[PROCESSES_USED_BYTES] = _processes_used(devices, prov)
+    out[WEIGHTS_FRACTION] = _weights_fraction(engine or {}, [t for _, t, _ in with_memory], prov)
+    return out
+
+
+def _processes_used(devices: Sequence[DeviceMemory], prov: Provenance) -> Result:
+    """The memory of the compute processes on `devices`, or why it is not known."""
     visible = [d for d in devices if d.processes_visible]
     procs = [p for d in visible for p in d.processes]
     sized = [(p.pid, p.used_bytes) for p in procs if p.used_bytes is not None]
     if not visible:
-        out[PROCESSES_USED_BYTES] = NotMeasured(
+        return NotMeasured(
             "the driver does not report per-process memory here (unsupported or not permitted)",
             "run with the host PID namespace (docker --pid=host) or as a user allowed to query processes",
             prov,
         )
-    elif not procs or len(sized) < len(procs):
-        why = (
-            "no compute process runs on these devices"
-            if not procs
-            else "the driver lists the processes but not their memory (typical inside containers)"
+    hidden = [d for d in visible if _hidden(d)]
+    if hidden:
+        # Inside a container the driver lists only the processes of its own PID namespace.
+        used = "; ".join(f"GPU{d.index}: {_gib(d.used_bytes or 0)} used" for d in hidden)
+        return NotMeasured(
+            f"processes hidden (PID namespace): NVML reports memory in use but lists no process on {used}; "
+            "this container does not see the processes that hold it",
+            PID_HINT,
+            prov,
         )
-        out[PROCESSES_USED_BYTES] = NotMeasured(why, "run llm-diagnose beside the engine with --pid=host", prov)
-    else:
-        listing = ", ".join(f"pid {pid}: {_gib(n)}" for pid, n in sized)
-        out[PROCESSES_USED_BYTES] = Measurement(float(sum(n for _, n in sized)), "bytes", prov, note=listing)
-
-    out[WEIGHTS_FRACTION] = _weights_fraction(engine or {}, [t for _, t, _ in with_memory], prov)
-    return out
+    if not procs:
+        return NotMeasured("no compute process runs on these devices", "run llm-diagnose beside the engine", prov)
+    if len(sized) < len(procs):
+        return NotMeasured(
+            "the driver lists the processes but not their memory (typical inside containers)",
+            "run llm-diagnose beside the engine with --pid=host",
+            prov,
+        )
+    listing = ", ".join(f"pid {pid}: {_gib(n)}" for pid, n in sized)
+    return Measurement(float(sum(n for _, n in sized)), "bytes", prov, note=listing)
 
 
 def _weights_fraction(engine: Mapping[str, Result], device_totals: list[int], prov: Provenance) -> Result:

@@ -10,6 +10,9 @@ Summary, an experiment's ratio and the gate's verdict.
 - `bootstrap_interval`, `bootstrap_comparison` and `spearman` are vectorised with numpy, which
   they import when first called (for the reason above). The bootstrap draws from
   `numpy.random.default_rng(seed)`: the same inputs and seed give the same interval, bit for bit.
+- `cluster_bootstrap_comparison` is the same comparison where values come in groups that share
+  a cause (the inter-token gaps one injected prefill stalled): it resamples whole groups, so
+  values that move together are not counted as independent evidence.
 
 Every function refuses NaN (ValueError): a NaN has no rank, so any figure it entered would be
 meaningless rather than merely noisy.
@@ -37,6 +40,9 @@ __all__ = [
     "median_ci",
     "bootstrap_interval",
     "bootstrap_comparison",
+    "cluster_bootstrap_comparison",
+    "expanded_level",
+    "student_t_quantile",
     "comparison_of",
     "spearman",
 ]
@@ -319,6 +325,132 @@ def bootstrap_comparison(
             raise ValueError("no resample of the base has a positive statistic: the ratio has no interval")
     low, high = _order_interval(np.sort(comparison_of(b_stats, o_stats, compare)), level)
     return Interval(float(comparison_of(b_point, o_point, compare)), low, high, level, len(b_stats))
+
+
+def _groups(groups: Sequence[Sequence[float]], name: str) -> list[np.ndarray]:
+    if len(groups) == 0:
+        raise ValueError(f"{name} has no groups: a bootstrap needs at least one")
+    out = [_sample(g, f"a group of {name}") for g in groups]  # refuses an empty group, NaN, infinity
+    return out
+
+
+def _resampled_groups(
+    groups: list[np.ndarray], statistic: StatisticSpec, resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """The statistic of `resamples` cluster-bootstrap resamples: len(groups) whole groups drawn with
+    replacement, their values pooled. The mean is exact and vectorised (pooled sum / pooled count);
+    any other statistic is applied to each pooled resample in turn."""
+    import numpy as np
+
+    k = len(groups)
+    picks = rng.integers(0, k, size=(resamples, k))
+    if statistic == "mean":
+        sums = np.array([g.sum() for g in groups])
+        counts = np.array([float(len(g)) for g in groups])
+        return sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    _quantile_of(statistic)  # refuses an unknown statistic name before the loop
+    return np.array([float(_apply(statistic, np.concatenate([groups[i] for i in row]), None)) for row in picks])
+
+
+def cluster_bootstrap_comparison(
+    base_groups: Sequence[Sequence[float]],
+    other_groups: Sequence[Sequence[float]],
+    statistic: StatisticSpec = "mean",
+    *,
+    compare: Comparison,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """`bootstrap_comparison` for values that come in groups: each side resamples whole groups.
+
+    Values in one group share a cause, so they are not independent evidence: the gaps of the
+    steady streams that one injected prefill stalled are all long together, and four injections
+    are four observations of the stall, not forty. Resampling single values would treat them as
+    forty and give an interval far too narrow; resampling groups (the cluster bootstrap) draws
+    len(groups) whole groups with replacement per side, pools their values and takes the
+    statistic of the pool. A side whose values are independent passes each value as its own group.
+
+    With few groups a percentile interval is too narrow still: the bootstrap's spread of a mean
+    of K groups is sqrt((K-1)/K) of the true one, and the mean's tails are Student's t with K-1
+    degrees of freedom, not normal (three to seven injections: a 95% percentile interval covers
+    the truth about 78% of the time at K = 5). So the interval is the expanded percentile
+    interval (Hesterberg, "What teachers should know about the bootstrap", 2015): its order
+    statistics are taken at the level whose normal quantile is sqrt(K/(K-1)) * t_{K-1}, K the
+    fewer groups of the two sides (the side whose few groups carry the uncertainty). With many
+    groups the expansion vanishes and this is the plain percentile interval.
+
+    `point` is the comparison of the statistics of the two pooled samples, as in
+    `bootstrap_comparison`; `compare` means the same, and so do `level`, `seed` and `resamples`
+    (for a ratio, resamples whose base statistic is not positive are left out). With one group
+    a side has no spread between groups: its statistic is the same in every resample, and no
+    expansion is made.
+
+    Raises:
+        ValueError: a side with no groups, an empty group, a NaN or infinity in one, resamples < 1,
+            level outside (0, 1); for a ratio, a base statistic that is not positive, or no
+            resample whose is.
+    """
+    import numpy as np
+
+    b, o = _groups(base_groups, "base_groups"), _groups(other_groups, "other_groups")
+    _check_settings(resamples, level)
+    _check_comparison(compare)
+    b_point = _apply(statistic, np.concatenate(b), None)
+    o_point = _apply(statistic, np.concatenate(o), None)
+    if compare == "ratio" and not b_point > 0:
+        raise ValueError(f"a ratio needs a positive base statistic, got {float(b_point)!r}")
+    rng = np.random.default_rng(seed)
+    b_stats = _resampled_groups(b, statistic, resamples, rng)
+    o_stats = _resampled_groups(o, statistic, resamples, rng)
+    if compare == "ratio":
+        keep = b_stats > 0
+        b_stats, o_stats = b_stats[keep], o_stats[keep]
+        if len(b_stats) == 0:
+            raise ValueError("no resample of the base has a positive statistic: the ratio has no interval")
+    expanded = expanded_level(level, min(len(b), len(o)))
+    low, high = _order_interval(np.sort(comparison_of(b_stats, o_stats, compare)), expanded)
+    return Interval(float(comparison_of(b_point, o_point, compare)), low, high, level, len(b_stats))
+
+
+def student_t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with `df` degrees of freedom (no scipy: this module must not need it).
+
+    Exact for 1 and 2 degrees of freedom; from 3 on, the Cornish-Fisher expansion in the normal
+    quantile (Abramowitz & Stegun 26.7.5, four terms): within 0.2% at df 3 for p = 0.975, closer
+    above.
+
+    Raises:
+        ValueError: p outside (0, 1), or df < 1.
+    """
+    if not 0 < p < 1:
+        raise ValueError(f"a quantile's probability is in (0, 1), got {p!r}")
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df!r}")
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p)))
+    z = statistics.NormalDist().inv_cdf(p)
+    v = float(df)
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+        + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4)
+    )
+
+
+def expanded_level(level: float, groups: int) -> float:
+    """The level at which to read a percentile interval of a mean of `groups` so that it covers
+    at `level` (Hesterberg's expanded percentile interval): normal quantile sqrt(K/(K-1)) * t_{K-1}.
+    `level` itself where there is no spread between groups to expand (fewer than two)."""
+    if groups < 2:
+        return level
+    t = student_t_quantile(0.5 + level / 2, groups - 1)
+    z = math.sqrt(groups / (groups - 1)) * t
+    return 2 * statistics.NormalDist().cdf(z) - 1
 
 
 # --- rank correlation (numpy) ------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """Active experiments against a live server: plan them, print the plan, run them, get evidence.
 
-    plan = await prepare_plan(url, model, budget)          # GET /v1/models only
+    plan = await prepare_plan(url, model, budget)          # GET /v1/models only: a provisional plan
     print(describe_plan(plan))                             # before anything is sent
     results = await run_experiments(url, model, budget, run_dir, plan=plan, metrics_url=url + "/metrics")
+
+run_experiments sends one calibration request first and sizes the experiments from the speed it
+measured and the engine's limits (llm_diagnose.probes.experiments.sizing), within the same budget.
 
 `results` maps evidence keys (llm_diagnose/probes/quantities.py) to Measurements or NotMeasured; an
 experiment that could not run (budget spent, server gone) leaves NotMeasured with the
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +27,12 @@ import aiohttp
 
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.experiments import agreement
+from llm_diagnose.probes.experiments.calibration import (
+    CALIBRATION_SHARE,
+    calibrate,
+    calibration_results,
+    engine_limits,
+)
 from llm_diagnose.probes.experiments.common import (
     ExperimentContext,
     ExperimentOutcome,
@@ -40,15 +49,10 @@ from llm_diagnose.probes.experiments.heterogeneity import KEYS as HETEROGENEITY_
 from llm_diagnose.probes.experiments.heterogeneity import run_heterogeneity
 from llm_diagnose.probes.experiments.interference import KEYS as INTERFERENCE_KEYS
 from llm_diagnose.probes.experiments.interference import run_interference
-from llm_diagnose.probes.experiments.plan import (
-    ALL_EXPERIMENTS,
-    ExperimentPlan,
-    StepPlan,
-    describe_plan,
-    plan_experiments,
-)
+from llm_diagnose.probes.experiments.plan import ALL_EXPERIMENTS, ExperimentPlan, StepPlan, describe_plan
 from llm_diagnose.probes.experiments.prefix import KEYS as PREFIX_KEYS
 from llm_diagnose.probes.experiments.prefix import run_prefix
+from llm_diagnose.probes.experiments.sizing import Calibration, EngineLimits, plan_experiments, size_experiments
 from llm_diagnose.probes.experiments.spec import KEYS as SPEC_KEYS
 from llm_diagnose.probes.experiments.spec import run_spec
 from llm_diagnose.probes.http import ProbeHTTPError, get_json, make_session, normalize_base_url, redact_url
@@ -69,6 +73,9 @@ __all__ = [
     "ActiveBudget",
     "ExperimentPlan",
     "plan_experiments",
+    "size_experiments",
+    "Calibration",
+    "EngineLimits",
     "describe_plan",
     "prepare_plan",
     "run_experiments",
@@ -117,7 +124,8 @@ async def prepare_plan(
     *,
     endpoint: Endpoint = "completions",
 ) -> ExperimentPlan:
-    """The plan for this server (its max_model_len from GET /v1/models); sends no load."""
+    """The provisional plan for this server (its max_model_len from GET /v1/models), sized at an
+    assumed speed; sends no load. run_experiments sizes it again from its calibration request."""
     base = normalize_base_url(base_url)
     async with make_session() as session:
         try:
@@ -159,15 +167,20 @@ async def run_experiments(
     timeouts: StreamTimeouts = StreamTimeouts(),
     on_result: Callable[[str, dict[str, Result]], None] | None = None,
     seed: int | None = None,
+    engine_facts: Mapping[str, Result] | None = None,
 ) -> dict[str, Result]:
     """Run the planned experiments within `budget`; evidence items keyed by quantity.
 
-    `plan` (from prepare_plan, already printed) is run as it is; without one, the plan is
-    made here the same way. `metrics_scraper` (or `metrics_url`, read with this run's
-    session) gives the server's counters before and after each experiment. `on_result(name,
-    results)` sees each experiment's results as they come, for a partial diagnosis if the
-    run is interrupted. The budget's clock starts here: set-up calls count against its time;
-    the POST /tokenize also takes one of its requests (GET /v1/models and scrapes are read-only).
+    A provisional `plan` (from prepare_plan, already printed), or none, is sized here from one
+    calibration request and the engine's limits (`engine_facts`: discovery's facts, such as
+    max_num_seqs; the metrics page adds the KV capacity), within the same budget; the sized plan
+    and why each size was chosen go to events.jsonl ('experiments-sized'). A plan that is not
+    provisional (built by hand) is run as it is, with no calibration. `metrics_scraper` (or
+    `metrics_url`, read with this run's session) gives the server's counters before and after
+    each experiment. `on_result(name, results)` sees each experiment's results as they come,
+    for a partial diagnosis if the run is interrupted. The budget's clock starts here: set-up
+    calls count against its time; the POST /tokenize and the calibration request each take one
+    of its requests (GET /v1/models and scrapes are read-only).
     """
     guard = BudgetGuard(budget)
     base = normalize_base_url(base_url)
@@ -197,14 +210,11 @@ async def run_experiments(
                     ),
                     None,
                 )
+            context_len = max_len or tokenizer_max_len or (plan.max_model_len if plan is not None else None)
+            sizing = plan is None or plan.provisional  # a hand-built plan runs as it is, uncalibrated
             if plan is None:
                 plan = plan_experiments(
-                    budget,
-                    experiments,
-                    max_model_len=max_len or tokenizer_max_len,
-                    endpoint=endpoint,
-                    target=source,
-                    model=client.model,
+                    budget, experiments, max_model_len=context_len, endpoint=endpoint, target=source, model=client.model
                 )
             if metrics_scraper is None and metrics_url:
                 metrics_scraper = metrics_reader(client.session, metrics_url)
@@ -216,7 +226,7 @@ async def run_experiments(
                 plan.endpoint,
                 events_out,
                 metrics_scraper,
-                plan.max_model_len,
+                context_len,
                 random.Random(seed),
                 notes,
             )
@@ -228,6 +238,9 @@ async def run_experiments(
                 prompts=prompts.describe(),
                 plan=describe_plan(plan),
             )
+            if sizing:
+                plan, calibration = await _size(ctx, plan, guard, engine_facts, context_len)
+                results.update(calibration_results(calibration, source))
             side_by_side: dict[str, list[agreement.SideBySide]] = {}  # client vs server, per experiment
             async with HealthWindow(client.counters, host) as run_health:
                 for i, (name, step) in enumerate(plan.steps):
@@ -237,14 +250,8 @@ async def run_experiments(
                     results.update(outcome)
                     if on_result is not None:
                         on_result(name, outcome)
-            for name, why in plan.skipped:
-                results.update(
-                    not_measured(
-                        EXPERIMENT_KEYS[name],
-                        f"{name} did not run: {why}",
-                        "raise --budget-requests / --budget-seconds",
-                    )
-                )
+            for name, why, hint in plan.skipped:
+                results.update(not_measured(EXPERIMENT_KEYS[name], f"{name} did not run: {why}", hint))
             assert run_health.health is not None
             results.update(run_health.health.measurements(source))
             results.update(run_summary(driver, source, run_health.health.window_s))
@@ -302,7 +309,7 @@ async def _run_one(
     cap = step.time_cap_s
     ctx.driver.first_attempt()
     for attempt in (1, 2):
-        outcome, health, server = await _attempt(name, step, ctx, guard, client, host)
+        outcome, health, server = await _attempt(name, step, ctx, guard, client, host, reserve[0])
         starved = health.starved(outcome.starvation_scale_s)
         room = guard.remaining_s >= cap + reserve[0] and guard.remaining_requests >= step.requests + reserve[1]
         if not starved or attempt == 2 or not room or ctx.driver.server_gone:
@@ -353,27 +360,103 @@ async def _run_one(
 
 
 async def _attempt(
-    name: str, step: StepPlan, ctx: ExperimentContext, guard: BudgetGuard, client: StreamingClient, host: TargetHost
+    name: str,
+    step: StepPlan,
+    ctx: ExperimentContext,
+    guard: BudgetGuard,
+    client: StreamingClient,
+    host: TargetHost,
+    reserve_s: float = 0.0,
 ) -> tuple[ExperimentOutcome, ClientHealth, ServerDelta]:
     """One run of an experiment within its time cap, the client's health over it, and what the
-    engine's metrics say happened meanwhile (unavailable without a metrics URL)."""
+    engine's metrics say happened meanwhile (unavailable without a metrics URL).
+
+    `reserve_s` is what the experiments after it were planned to use: a runner that finds its own
+    deadline too short for the server it meets may go on to `ctx.slack_until` (the budget's deadline
+    less that reserve), as the interference experiment does for its minimum of prefills."""
     keys = EXPERIMENT_KEYS[name]
     now = time.perf_counter()
     cap = step.time_cap_s
     deadline = min(guard.deadline, now + cap)
+    ctx.slack_until = max(deadline, min(guard.deadline, guard.deadline - reserve_s))
     ctx.events.event("experiment-start", experiment=name, time_cap_s=round(deadline - now, 3))
+    ctx.salvage = None
     before = await ctx.scrape()  # the engine's histograms, for the client-vs-server comparison
+    overran = False
     async with HealthWindow(client.counters, host) as window:
         try:
-            async with asyncio.timeout(deadline - now + GRACE_S):
+            async with asyncio.timeout(ctx.slack_until - now + GRACE_S):
                 outcome = await _RUNNERS[name](ctx, step, deadline)
         except TimeoutError:
-            outcome = ExperimentOutcome(not_measured(keys, f"{name} did not finish within its {cap:.0f} s"))
+            overran = True
         except Exception as exc:  # noqa: BLE001 - one broken experiment must not lose the others
             outcome = ExperimentOutcome(not_measured(keys, f"{name} failed: {type(exc).__name__}: {exc}"))
         finally:
             await ctx.driver.stop_all(f"{name}: experiment over")
+    if overran:  # after stop_all: the streams it stopped are on file, with what they measured
+        outcome = _overran(name, keys, cap, ctx)
     assert window.health is not None
     ctx.events.event("experiment-end", experiment=name, sent=guard.sent, health=window.health.describe())
     after = await ctx.scrape() if before is not None else None
     return outcome, window.health, ServerDelta(before, after)
+
+
+def _overran(name: str, keys: tuple[str, ...], cap: float, ctx: ExperimentContext) -> ExperimentOutcome:
+    """The safety timeout fired: what the phases completed before it measured, and why the rest is missing.
+
+    The deadline came from the speed the calibration request measured, so a phase that overran
+    it met a server slower than that (other traffic, a compute-bound step); a phase already done
+    keeps its figures (ExperimentContext.salvage)."""
+    why = (
+        f"{name} did not finish within its {cap:.0f} s deadline, which was sized from the speed measured at the "
+        "start: the server ran slower than that during it"
+    )
+    hint = "run it again when the server's own load is steadier (the deadlines follow the speed measured then)"
+    holes = not_measured(keys, why, hint)
+    if ctx.salvage is None:
+        return ExperimentOutcome(holes)
+    try:
+        kept = ctx.salvage()
+    except Exception as exc:  # noqa: BLE001 - a failed salvage leaves the holes, not a crash
+        ctx.notes.append(f"{name}: what it completed could not be analysed ({type(exc).__name__}: {exc})")
+        return ExperimentOutcome(holes)
+    ctx.notes.append(f"{name} overran its {cap:.0f} s deadline: the phases it completed are kept")
+    results: dict[str, Result] = {
+        k: r if isinstance(r, (Measurement, Fact)) else NotMeasured(f"{r.reason}; {why}", r.hint or hint)
+        for k, r in {**holes, **kept.results}.items()
+    }
+    return replace(kept, results=results)
+
+
+async def _size(
+    ctx: ExperimentContext,
+    plan: ExperimentPlan,
+    guard: BudgetGuard,
+    engine_facts: Mapping[str, Result] | None,
+    context_len: int | None,
+) -> tuple[ExperimentPlan, Calibration]:
+    """Measure the server's speed with one request, read its limits, and size the plan's experiments."""
+    names = tuple(n for n in ALL_EXPERIMENTS if n in {s for s, _ in plan.steps} | {s for s, *_ in plan.skipped})
+    limits = await engine_limits(ctx, engine_facts, context_len)
+    calibration = await calibrate(ctx, time.perf_counter() + CALIBRATION_SHARE * guard.remaining_s, guard.started)
+    sized = size_experiments(
+        calibration,
+        limits,
+        guard.budget,
+        names,
+        spent_requests=guard.sent,
+        endpoint=plan.endpoint,
+        target=plan.target,
+        model=plan.model,
+    )
+    ctx.events.event(
+        "experiments-sized",
+        sized_from=sized.sized_from,
+        plan=describe_plan(sized, reasons=True),
+        why={n: list(p.why) for n, p in sized.steps},
+        skipped=[{"experiment": n, "why": why, "hint": hint} for n, why, hint in sized.skipped],
+        notes=list(sized.notes),
+    )
+    ctx.notes.append(f"experiments sized from {sized.sized_from}")
+    ctx.notes.extend(sized.notes)
+    return sized, calibration

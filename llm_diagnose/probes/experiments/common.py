@@ -11,6 +11,7 @@ import asyncio
 import math
 import random
 import statistics
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,10 +20,10 @@ from typing import TYPE_CHECKING
 from llm_diagnose.probes.load.faults import FaultKind
 from llm_diagnose.probes.load.health import ClientHealth
 from llm_diagnose.probes.load.prompts import PromptMaker
-from llm_diagnose.probes.load.records import Endpoint, JsonlWriter, RequestRecord
+from llm_diagnose.probes.load.records import Endpoint, JsonlWriter, RequestRecord, RequestSpec
 from llm_diagnose.probes.load.runner import Driver
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, Summary
-from llm_diagnose.probes.stats import StatisticSpec, bootstrap_comparison
+from llm_diagnose.probes.stats import StatisticSpec, bootstrap_comparison, cluster_bootstrap_comparison
 
 if TYPE_CHECKING:  # imported where used: an experiment without a metrics URL never loads the parser
     from llm_diagnose.probes.metrics.engines import Sel
@@ -41,6 +42,7 @@ __all__ = [
     "not_measured",
     "with_warnings",
     "burst_warning",
+    "send_until",
 ]
 
 # The scraper the caller passes: an async callable returning one llm_diagnose.probes.metrics ScrapeRecord
@@ -67,6 +69,14 @@ class ExperimentContext:
     max_model_len: int | None = None
     rng: random.Random = field(default_factory=random.Random)
     notes: list[str] = field(default_factory=list)
+    # What the running experiment has completed so far, analysed: a runner sets it as each phase
+    # ends, so a phase that overruns the experiment's deadline loses itself, not the phases before
+    # it (run_experiments calls it when the safety timeout fires). Reset for every attempt.
+    salvage: Callable[[], ExperimentOutcome] | None = None
+    # The latest the running experiment may go on (perf_counter) where its own deadline proves too
+    # short for the server it meets, without touching the time later experiments were planned to
+    # use (the budget's deadline less their caps); never before the experiment's own deadline.
+    slack_until: float = 0.0
 
     async def scrape(self) -> ScrapeRecord | None:
         """A settled scrape of the server's metrics, or None (no scraper, or it failed)."""
@@ -215,6 +225,23 @@ class ServerDelta:
         return None if inc.mean is None else (inc.mean, inc.count)
 
 
+async def send_until(driver: Driver, spec: RequestSpec, until: float, why: str) -> RequestRecord | None:
+    """`driver.send(spec)`, stopped by the client at `until` (perf_counter) if still running then.
+
+    A stream stopped this way keeps what it measured (its record says stopped-by-client, with
+    `why`), so a request started near a phase's end cannot carry the phase past its deadline.
+    None when the budget refused the request.
+    """
+    task = driver.start(spec)
+    done, _ = await asyncio.wait([task], timeout=max(0.0, until - time.perf_counter()))
+    if done:
+        return task.result()
+    task.cancel(why)
+    await asyncio.gather(task, return_exceptions=True)
+    sent_as = driver.attempt_id(spec.request_id)
+    return next((r for r in reversed(driver.records) if r.request_id == sent_as), None)
+
+
 # --- helpers on records ----------------------------------------------------------------------
 def gaps_of(records: Iterable[RequestRecord]) -> list[float]:
     """Inter-token gaps of records whose stream the server did not break.
@@ -302,21 +329,36 @@ def ratio_with_bootstrap_ci(
     statistic: Callable[[Sequence[float]], float] = statistics.median,
     reps: int = BOOTSTRAP_REPS,
     level: float = 0.95,
+    numerator_groups: Sequence[Sequence[float]] | None = None,
 ) -> tuple[float, Summary]:
     """statistic(numerator) / statistic(denominator), with a bootstrap CI resampling both sides.
 
     The Summary's samples are numerator / statistic(denominator) (the spread a reader sees);
     its ci_low/ci_high are replaced by the percentile-bootstrap interval of the ratio
     (llm_diagnose.probes.stats.bootstrap_comparison), which also carries the uncertainty of
-    the denominator.
+    the denominator. `numerator_groups` (the numerator's values, grouped by what they share: the
+    gaps of one injected prefill) makes the interval resample the numerator by group instead
+    (llm_diagnose.probes.stats.cluster_bootstrap_comparison): values that move together are then
+    one observation, not many.
     """
     base = statistic(denominator)
     if base <= 0:
         raise ValueError("the denominator's statistic must be positive")
     value = statistic(numerator) / base
-    interval = bootstrap_comparison(
-        denominator, numerator, _vectorised(statistic), compare="ratio", resamples=reps, level=level, seed=seed
-    )
+    if numerator_groups is not None:
+        interval = cluster_bootstrap_comparison(
+            [[x] for x in denominator],
+            numerator_groups,
+            _vectorised(statistic),
+            compare="ratio",
+            resamples=reps,
+            level=level,
+            seed=seed,
+        )
+    else:
+        interval = bootstrap_comparison(
+            denominator, numerator, _vectorised(statistic), compare="ratio", resamples=reps, level=level, seed=seed
+        )
     summary = Summary.from_samples([x / base for x in numerator])
     return value, replace(summary, ci_low=interval.low, ci_high=interval.high, ci_level=level)
 

@@ -27,9 +27,11 @@ from llm_diagnose.probes.experiments.common import (
     gaps_of,
     not_measured,
     ratio_with_bootstrap_ci,
+    send_until,
     timed_gaps_of,
 )
 from llm_diagnose.probes.experiments.plan import DecodePlan
+from llm_diagnose.probes.experiments.sizing import STEP_SATURATION_BATCH
 from llm_diagnose.probes.load.health import ClientHealth
 from llm_diagnose.probes.load.records import RequestRecord, RequestSpec
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, percentile
@@ -41,6 +43,7 @@ KEYS = (
     Q.ITL_P99,
     Q.DECODE_ITL_AT_CONCURRENCY,
     Q.DECODE_ITL_GROWTH,
+    Q.DECODE_ITL_JUMP,
     Q.DECODE_SERVER_ITL_MEAN,
     Q.DECODE_CLIENT_SERVER_ITL_RATIO,
 )
@@ -51,7 +54,9 @@ AGREEMENT_TOLERANCE = 0.25
 AGREEMENT_SLACK_S = 0.001
 MIN_GAPS = 10
 BATCH1_TIME_SHARE = 0.5
-BATCH1_AFTER_TIME_SHARE = 0.15  # of the time left after batch 1, kept for the closing batch-1 bracket
+# Of the time left after batch 1, kept for the closing batch-1 bracket where the plan does not say
+# (a hand-built plan; a sized one keeps the closing requests' planned time, DecodePlan.closing_s).
+BATCH1_AFTER_TIME_SHARE = 0.15
 # Mean batch-1 gap at the end against the start beyond this factor (either way): the host or
 # the engine changed speed during the experiment, so the growth is not the batch's alone.
 DRIFT_LIMIT = 1.5
@@ -75,36 +80,58 @@ async def run_decode(ctx: ExperimentContext, plan: DecodePlan, deadline: float) 
     # Batch 1 may take at most its share of the time, so the concurrency levels still run on a slow server.
     batch1_until = t0 + (deadline - t0) * (BATCH1_TIME_SHARE if plan.concurrency_levels else 1.0)
     before = await ctx.scrape()
+    after = None
     batch1: list[RequestRecord] = []
+    levels: dict[int, list[RequestRecord]] = {}
+    closing: list[RequestRecord] = []
+
+    def analysed() -> ExperimentOutcome:  # what the phases done so far measured (late-bound: always current)
+        return analyse_decode(ctx, batch1, levels, ServerDelta(before, after), closing)
+
     for i in range(plan.batch1_requests):
         if time.perf_counter() >= batch1_until:
             break
-        record = await driver.send(_spec(ctx, plan, "batch-1", i))
+        record = await send_until(
+            driver, _spec(ctx, plan, "batch-1", i), batch1_until, "decode: batch 1 ran past its share of the time"
+        )
         if record is None:
             break
         batch1.append(record)
     after = await ctx.scrape()
-    levels: dict[int, list[RequestRecord]] = {}
-    levels_until = deadline - (deadline - time.perf_counter()) * BATCH1_AFTER_TIME_SHARE
+    ctx.salvage = analysed  # batch 1 is done: a later phase that overruns cannot lose it
+    # The closing batch-1 requests keep their planned time at the end (sized from the measured
+    # speed), so the levels cannot eat it and a slow server still gets its bracket.
+    now = time.perf_counter()
+    keep = plan.closing_s if plan.closing_s is not None else (deadline - now) * BATCH1_AFTER_TIME_SHARE
+    levels_until = max(now, deadline - keep)
+    weights = [_level_weight(c) for c in plan.concurrency_levels]
     for k, c in enumerate(plan.concurrency_levels):
         now = time.perf_counter()
         if now >= levels_until or driver.guard.exhausted():
             break
-        share = (levels_until - now) / (len(plan.concurrency_levels) - k)
+        # Each level's share of the time left is in proportion to its planned step time: the top
+        # level's steps are the slowest.
+        share = (levels_until - now) * weights[k] / sum(weights[k:])
         tasks = [driver.start(_spec(ctx, plan, f"concurrency-{c}", i)) for i in range(c)]
         _, pending = await asyncio.wait(tasks, timeout=share)
         if pending:  # the gaps measured so far still count (the streams are stopped, not failed)
             await driver.stop_all(f"decode: concurrency {c} ran past its share of the time")
         levels[c] = driver.records_of("decode", f"concurrency-{c}")
-    closing: list[RequestRecord] = []
     for i in range(plan.batch1_after_requests if levels else 0):
         if time.perf_counter() >= deadline:
             break
-        record = await driver.send(_spec(ctx, plan, "batch-1-after", i))
+        record = await send_until(
+            driver, _spec(ctx, plan, "batch-1-after", i), deadline, "decode: the closing batch 1 reached the deadline"
+        )
         if record is None:
             break
         closing.append(record)
-    return analyse_decode(ctx, batch1, levels, ServerDelta(before, after), closing)
+    return analysed()
+
+
+def _level_weight(streams: int) -> float:
+    """A level's planned step time relative to batch 1's (sizing's time model)."""
+    return 1 + (streams - 1) / STEP_SATURATION_BATCH
 
 
 def analyse_decode(
@@ -126,7 +153,10 @@ def analyse_decode(
             not_measured(
                 KEYS,
                 f"decode latency not measured: {why}",
-                "give the experiment more time or requests (--budget-seconds)",
+                "give the experiment more time or requests (--budget-seconds / --budget-requests): its batch-1 "
+                "phase is sized from them"
+                if not faults
+                else "see the failed requests in requests.jsonl and the server's log",
             )
         )
     window = max((r.t_send + (r.t_end or 0.0) for r in batch1), default=0.0) - min(r.t_send for r in batch1)
@@ -192,13 +222,28 @@ def analyse_decode(
             "means decode is memory-bound and batching is free; near the stream count means each step is "
             "compute-bound",
         )
+        # Growth over the whole ladder is linear at worst for a compute-bound step, so on a ladder of
+        # tens of streams a large growth is batching; a pathology is a rise steeper than the streams
+        # between two neighbouring levels (the issue's 10-100x from one stream to two).
+        ladder = sorted(means)
+        jumps = [((means[b] / means[a]) / (b / a), a, b) for a, b in zip(ladder, ladder[1:]) if means[a] > 0]
+        if jumps:
+            jump, low, high = max(jumps)
+            results[Q.DECODE_ITL_JUMP] = Measurement(
+                jump,
+                "ratio",
+                prov,
+                warnings=growth_warnings,
+                note=f"mean gap {means[high] * 1e3:.2f} ms at {high} streams against {means[low] * 1e3:.2f} ms at "
+                f"{low}: {means[high] / means[low]:.3g}x for {high / low:.3g}x the streams",
+            )
     else:
         why = "no concurrency level completed with enough gaps"
         if whole and levels:
             why = f"too few timed gaps at batch 1 or under concurrency ({left_out})"
         results.update(
             not_measured(
-                (Q.DECODE_ITL_AT_CONCURRENCY, Q.DECODE_ITL_GROWTH),
+                (Q.DECODE_ITL_AT_CONCURRENCY, Q.DECODE_ITL_GROWTH, Q.DECODE_ITL_JUMP),
                 why,
                 "run it again on a less busy host, or read the engine's own ITL histogram" if whole and levels else "",
             )

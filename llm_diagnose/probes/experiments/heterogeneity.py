@@ -56,6 +56,8 @@ async def run_heterogeneity(ctx: ExperimentContext, plan: HeterogeneityPlan, dea
             planned_prompt_tokens=plan.prompt_tokens,
         )
 
+    # The rounds completed so far, should a later one overrun the experiment's deadline.
+    ctx.salvage = lambda: analyse_heterogeneity(ctx, plan, driver.records_of("heterogeneity"))
     for i in range(plan.alone_rounds):
         if (
             time.perf_counter() >= deadline
@@ -125,7 +127,11 @@ def analyse_heterogeneity(
             not_measured(
                 (Q.SHORT_WAIT_FOR_LONG,),
                 f"short-request slowdown not measured: {why}" + (f"; {faults}" if faults else ""),
-                "give the experiment more time",
+                "see the failed requests in requests.jsonl and the server's log"
+                if faults
+                else "run it again: its rounds are sized from the speed measured at the start, and the server was "
+                "slower than that during them (raise --budget-seconds where the plan said it ran below its "
+                "natural size)",
             )
         )
         return ExperimentOutcome(results)

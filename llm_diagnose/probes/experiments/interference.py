@@ -8,14 +8,20 @@ time cap allows. A prefill window runs from an injection's send to its first
 token. A steady-stream gap that overlaps a prefill window is a gap "during prefill".
 
 - inflation = mean gap during prefills / mean baseline gap, with a bootstrap interval that
-  resamples both sets (interference.itl_inflation, the tree's Q6 figure). The mean, not the
-  median: a prefill typically stalls one step of each stream among several normal ones, and
-  the streams' slowdown (tokens delivered per second while a prompt is being prefilled) is
+  resamples the injections (the gaps in one prefill window share its stall: one observation,
+  not many) and the baseline gaps (interference.itl_inflation, the tree's Q6 figure). The mean,
+  not the median: a prefill typically stalls one step of each stream among several normal ones,
+  and the streams' slowdown (tokens delivered per second while a prompt is being prefilled) is
   what the mean gap measures; a median would hide the stall it is looking for;
 - stall = the longest gap inside a window minus the mean baseline gap, per injection; its
-  growth from the shorter to the longer prompt says whether the engine bounds it: an
-  unchunked prefill stalls decode for the whole prompt (stall doubles with the prompt), a
-  chunked one for one chunk (stall stays flat once the prompt exceeds the chunk).
+  growth from the shorter prompt (sized under the engine's step token budget) to the longer
+  (sized well over it) says whether the engine bounds it: an unchunked prefill stalls decode for
+  the whole prompt (the stall grows with the prompt), a chunked one for one chunk (it stays flat
+  once the prompt exceeds the chunk). Where the context or the time allowed no prompt over the
+  budget, the growth says so and does not claim to test chunking.
+
+Prompt lengths are the server's own count (usage.prompt_tokens) where it reports one: text
+prompts sized without /tokenize are estimates, and the figures say which they used.
 
 Injection times go to events.jsonl as they happen (`prefill-injected`, then `prefill-done`, or
 `prefill-stopped` for one still running when the phase ended).
@@ -41,7 +47,7 @@ from llm_diagnose.probes.load.faults import FaultKind
 from llm_diagnose.probes.load.records import RequestRecord, RequestSpec
 from llm_diagnose.probes.results import Measurement, Result
 
-__all__ = ["run_interference", "analyse_interference", "KEYS", "WARMUP_S", "BOUNDED_GROWTH"]
+__all__ = ["run_interference", "analyse_interference", "KEYS", "BOUNDED_GROWTH"]
 
 KEYS = (
     Q.ITL_INFLATION,
@@ -50,10 +56,11 @@ KEYS = (
     Q.INTERFERENCE_STALL_MAX,
     Q.INTERFERENCE_STALL_GROWTH,
 )
-WARMUP_S = 0.3  # the streams' own prefills and the first steps are not the baseline
 MIN_BASELINE_GAPS = 10
 MIN_DURING_GAPS = 3
-# Stall growth when the prompt doubles: ~2 grows with the prompt (unchunked), ~1 bounded.
+# Stall growth from the shorter prompt (under the step budget) to the longer (over it): ~1 when
+# chunking bounds the stall to one step's worth, about the prompts' length ratio when it does not
+# (the plan's 0.9 and 3 step budgets: 1.1 against 3.3; sizing.SHORT_OF_STEP, LONG_OVER_STEP).
 BOUNDED_GROWTH = 1.4
 
 
@@ -61,10 +68,11 @@ async def run_interference(ctx: ExperimentContext, plan: InterferencePlan, deadl
     driver = ctx.driver
     t_start = time.perf_counter()
     phase_over = asyncio.Event()
+    slack = max(deadline, ctx.slack_until)  # see the injector: the run's time no later experiment needs
 
     async def steady_stream(slot: int) -> None:
         for k in range(1 + plan.stream_restarts):
-            if phase_over.is_set() or time.perf_counter() >= deadline:
+            if phase_over.is_set() or time.perf_counter() >= slack:
                 return
             spec = RequestSpec(
                 f"interference-steady-{slot}-{k}",
@@ -130,10 +138,14 @@ async def run_interference(ctx: ExperimentContext, plan: InterferencePlan, deadl
         # due: each prefill window then holds exactly one prefill, so the stall per prompt length
         # is that prompt's own, and a slow engine gets fewer injections rather than a pile-up.
         # Past `end`, a slow engine still gets up to `min_prefills` completed ones, as long as
-        # the longest prefill seen so far would finish before the deadline.
+        # the longest prefill seen so far would finish before the run's slack runs out
+        # (`ctx.slack_until`: the phase's own deadline, or later where the budget has time that no
+        # later experiment needs). The plan's prefill is a linear estimate from one calibration
+        # request; on vLLM CPU 1,020 and 2,040-token prefills beside 4 decoding streams took 1.8 s
+        # and 4.6 s against 0.4 s and 0.8 s planned, and the deadline came after two of six.
         for k in range(plan.injections):
             due = max(first + k * plan.inject_every_s, time.perf_counter())
-            if due >= end and (len(completed) >= plan.min_prefills or due + max(completed, default=0.0) >= deadline):
+            if due >= end and (len(completed) >= plan.min_prefills or due + max(completed, default=0.0) >= slack):
                 return
             await asyncio.sleep(due - time.perf_counter())
             if (prefill_s := await inject(k)) is not None:
@@ -154,18 +166,37 @@ async def run_interference(ctx: ExperimentContext, plan: InterferencePlan, deadl
         every_s=plan.inject_every_s,
         late_s=round(baseline_end - t_start - plan.baseline_s, 3),
     )
+
+    def analysed() -> ExperimentOutcome:  # the baseline and the injections completed so far
+        return analyse_interference(
+            ctx,
+            plan,
+            driver.records_of("interference", "steady"),
+            driver.records_of("interference", "inject"),
+            t_start,
+            baseline_end,
+        )
+
+    ctx.salvage = analysed  # the baseline is done: an overrun keeps it and the prefills that completed
     task = driver.start_coroutine(injector(baseline_end, end))
-    await asyncio.wait([task], timeout=max(0.0, deadline - time.perf_counter()))  # the last prefill may finish
+    # The injector ends itself: at its slots' end with its minimum of prefills, or when the next would
+    # not finish within the slack; the last prefill may finish meanwhile.
+    await asyncio.wait([task], timeout=max(0.0, slack - time.perf_counter()))
     phase_over.set()
     await driver.stop_all("interference: phase over")
-    return analyse_interference(
-        ctx,
-        plan,
-        driver.records_of("interference", "steady"),
-        driver.records_of("interference", "inject"),
-        t_start,
-        baseline_end,
-    )
+    return analysed()
+
+
+def _lengths(injected: list[RequestRecord]) -> tuple[dict[int, int], bool]:
+    """Each planned prompt length -> the length the server counted (median of usage.prompt_tokens), and
+    whether every length is the server's count (text prompts without /tokenize are estimates)."""
+    counted: dict[int, list[int]] = {}
+    for r in injected:
+        if r.prompt_tokens:
+            counted.setdefault(int(r.tag or 0), []).append(r.prompt_tokens)
+    planned = {int(r.tag or 0) for r in injected}
+    lengths = {n: int(statistics.median(counted[n])) if n in counted else n for n in planned}
+    return lengths, planned <= set(counted)
 
 
 def analyse_interference(
@@ -179,26 +210,27 @@ def analyse_interference(
     windows = [
         (r.t_send, r.t_send + r.ttft_s, int(r.tag or 0)) for r in injected if r.ttft_s is not None and r.fault is None
     ]
+    length_of, counted = _lengths(injected)
     baseline: list[float] = []
     during: list[float] = []
+    by_injection: dict[int, list[float]] = {}  # the gaps each prefill window holds: they share its stall
     stall = [0.0] * len(windows)
     for r in steady:
         if r.fault is not None and r.fault is not FaultKind.STOPPED_BY_CLIENT:
             continue
         times = r.absolute_event_times()
         for a, b in zip(times, times[1:]):
-            if b < t_start + WARMUP_S:
+            if b < t_start + plan.warmup_s:
                 continue
             if b <= baseline_end:
                 baseline.append(b - a)
                 continue
-            hit = False
-            for i, (w0, w1, _) in enumerate(windows):
-                if a < w1 and b > w0:
-                    hit = True
-                    stall[i] = max(stall[i], b - a)
+            hit = [i for i, (w0, w1, _) in enumerate(windows) if a < w1 and b > w0]
+            for i in hit:
+                stall[i] = max(stall[i], b - a)
             if hit:
                 during.append(b - a)
+                by_injection.setdefault(hit[0], []).append(b - a)
     faults = fault_summary(steady + injected)
     warnings = tuple(w for w in (faults, burst_warning(baseline)) if w)
     if len(baseline) < MIN_BASELINE_GAPS or len(during) < MIN_DURING_GAPS or not windows:
@@ -207,19 +239,45 @@ def analyse_interference(
             f"{len(windows)} completed prefills (need {MIN_DURING_GAPS})"
         ) + (f"; {faults}" if faults else "")
         return ExperimentOutcome(
-            not_measured(KEYS, f"interference not measured: {why}", "give the experiment more time (--budget-seconds)")
+            not_measured(
+                KEYS,
+                f"interference not measured: {why}",
+                "see the failed requests in requests.jsonl and the server's log"
+                if faults
+                else "give the experiment more time (--budget-seconds): its injections are sized from it",
+            )
         )
     base_mean = statistics.fmean(baseline)
     if base_mean <= 0:
         return ExperimentOutcome(not_measured(KEYS, "the baseline gaps are all zero (all tokens came in one burst)"))
     window_s = max(w1 for _, w1, _ in windows) - t_start
     prov = ctx.provenance("interference", window_s)
-    value, summary = ratio_with_bootstrap_ci(during, baseline, seed=len(during), statistic=statistics.fmean)
+    groups = list(by_injection.values())
+    # Gaps in one prefill window share its stall: the interval resamples injections, not gaps
+    # (with a single injection there is nothing to resample between, and it says so).
+    value, summary = ratio_with_bootstrap_ci(
+        during,
+        baseline,
+        seed=len(during),
+        statistic=statistics.fmean,
+        numerator_groups=groups if len(groups) > 1 else None,
+    )
+    interval_how = (
+        f"bootstrap resampling the {len(groups)} injections (their gaps move together) and the baseline gaps"
+        if len(groups) > 1
+        else "bootstrap of single gaps (one injection only: too narrow, its gaps are not independent)"
+    )
+    inflation_warnings = warnings if len(groups) > 1 else (*warnings, f"one injection only: {interval_how}")
     stalls: dict[int, list[float]] = {}
     for (_, _, n_tokens), s in zip(windows, stall):
         stalls.setdefault(n_tokens, []).append(max(0.0, s - base_mean))
     by_length = {n: statistics.median(v) for n, v in sorted(stalls.items())}
-    lengths = ", ".join(f"{n} tokens: {s * 1e3:.1f} ms" for n, s in by_length.items())
+    lengths = ", ".join(f"{length_of.get(n, n)} tokens: {s * 1e3:.1f} ms" for n, s in by_length.items())
+    counted_how = (
+        "prompt lengths as the server counted them (usage.prompt_tokens)"
+        if counted
+        else "prompt lengths as planned (the server reported no usage.prompt_tokens)"
+    )
     context = (
         f"{plan.streams} steady streams; {len(windows)} prefills injected; baseline {len(baseline)} gaps, "
         f"during prefills {len(during)} gaps"
@@ -231,10 +289,10 @@ def analyse_interference(
             prov,
             samples=tuple(d / base_mean for d in during),
             summary=summary,
-            warnings=warnings,
+            warnings=inflation_warnings,
             note=f"mean gap during prefills {statistics.fmean(during) * 1e3:.1f} ms / mean baseline gap "
             f"{base_mean * 1e3:.1f} ms (how much the streams slow while a prompt is prefilled); interval: "
-            f"bootstrap of both means ({summary.ci_level:.0%}); {context}",
+            f"{interval_how} ({summary.ci_level:.0%}); {context}",
         ),
         Q.INTERFERENCE_BASELINE_ITL_P50: Measurement(
             statistics.median(baseline), "s", prov, samples=tuple(baseline), warnings=warnings, note=context
@@ -248,29 +306,21 @@ def analyse_interference(
             prov,
             samples=tuple(s for v in stalls.values() for s in v),
             warnings=warnings,
-            note=f"longest gap in a prefill window minus the mean baseline gap; median per prompt length: {lengths}",
+            note=f"longest gap in a prefill window minus the mean baseline gap; median per prompt length: {lengths} "
+            f"({counted_how})",
         ),
     }
     if len(by_length) >= 2 and min(by_length.values()) > 0:
-        short, long_ = min(by_length), max(by_length)
-        growth = by_length[long_] / by_length[short]
-        verdict = (
-            "bounded: the stall did not grow with the prompt, so prefill is chunked (or scheduled apart)"
-            if growth < BOUNDED_GROWTH
-            else "unbounded: the stall grew with the prompt, so each prefill runs whole inside a decode step"
-        )
+        growth_note = _stall_growth(plan, by_length, length_of)
         results[Q.INTERFERENCE_STALL_GROWTH] = Measurement(
-            growth,
-            "ratio",
-            prov,
-            warnings=warnings,
-            note=f"median stall at {long_} / at {short} prompt tokens ({lengths}); {verdict}",
+            growth_note[0], "ratio", prov, warnings=warnings, note=f"{growth_note[1]} ({lengths}; {counted_how})"
         )
     else:
         results.update(
             not_measured(
                 (Q.INTERFERENCE_STALL_GROWTH,),
                 "needs stalls at two prompt lengths" + ("" if len(by_length) >= 2 else " (only one length completed)"),
+                "give the experiment more time (--budget-seconds): it injects both lengths in turn",
             )
         )
     # The verdict rests on the stalls (a prefill's worth of time), not on one baseline gap: a
@@ -281,3 +331,30 @@ def analyse_interference(
         median_gap_s=statistics.median(baseline) or base_mean,
         verdict_scale_s=stall_scale if stall_scale > 0 else None,
     )
+
+
+def _stall_growth(plan: InterferencePlan, by_length: dict[int, float], length_of: dict[int, int]) -> tuple[float, str]:
+    """The stall's growth from the shorter prompt to the longer, and what it says about chunking."""
+    short, long_ = min(by_length), max(by_length)
+    growth = by_length[long_] / by_length[short]
+    step = plan.step_tokens
+    actual_short, actual_long = length_of.get(short, short), length_of.get(long_, long_)
+    if step is not None and actual_short < step < actual_long:
+        scope = (
+            f"the shorter prompt fits one step of the step budget ({step} tokens, {plan.step_tokens_source}) and the "
+            "longer must be chunked"
+        )
+        verdict = (
+            "bounded: the stall did not grow with the prompt, so prefill is chunked (or scheduled apart)"
+            if growth < BOUNDED_GROWTH
+            else "unbounded: the stall grew with the prompt, so each prefill runs whole inside a decode step"
+        )
+    else:
+        budget = f"the step budget ({step} tokens, {plan.step_tokens_source})" if step else "the step budget (unknown)"
+        scope = f"the prompts do not straddle {budget}, so this does not test whether chunking bounds the stall"
+        verdict = (
+            "the stall did not grow with the prompt"
+            if growth < BOUNDED_GROWTH
+            else "the stall grew with the prompt: a prefill within one step stalls decode for its whole length"
+        )
+    return growth, f"median stall at {actual_long} / at {actual_short} prompt tokens; {scope}; {verdict}"

@@ -1,16 +1,17 @@
-"""The plan: exactly what each experiment will send, fitted into the budget, printed before sending.
+"""The plan: exactly what each experiment will send, sized for the server, printed before sending.
 
-Each experiment has a natural size (enough samples for a median with a usable interval on
-a small server) and a floor below which its answer would be noise. `plan_experiments`
-scales the natural sizes down to the budget, never below the floors; an experiment that
-cannot fit even at its floor is skipped, and the plan says so. The plan's numbers are upper
-bounds: the BudgetGuard enforces the budget again at every send, whatever the plan says.
+Each step plan below says what one experiment sends: counts, token lengths, phase times and
+the deadline it runs under (`time_cap_s`). The sizes come from llm_diagnose.probes.experiments.sizing
+(`size_experiments`): from one calibration request's time per token and prefill time per prompt
+token, the engine's limits and the budget, each with the reason it was chosen (`why`). The
+defaults below are a hand-built plan's (the tests build small fixed plans); a run never uses them
+as they are. The plan's numbers are upper bounds: the BudgetGuard enforces the budget again at
+every send, whatever the plan says.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from llm_diagnose.probes.load.budget import ActiveBudget
 from llm_diagnose.probes.load.records import ENDPOINT_PATHS, Endpoint
@@ -22,10 +23,13 @@ __all__ = [
     "HeterogeneityPlan",
     "PrefixPlan",
     "SpecPlan",
+    "StepPlan",
     "ExperimentPlan",
-    "plan_experiments",
     "describe_plan",
     "QUESTION_OF",
+    "SETUP_REQUESTS",
+    "CALIBRATION_REQUESTS",
+    "SETUP_RESERVE_S",
 ]
 
 ALL_EXPERIMENTS = ("decode", "interference", "heterogeneity", "prefix", "spec")
@@ -34,8 +38,8 @@ SETUP_RESERVE_S = 2.0  # GET /v1/models, POST /tokenize, scrapes: kept out of th
 # The one POST /tokenize that sizes prompts in tokens leaves the client like any other request,
 # so it takes a slot of the request budget; the experiments share what is left.
 SETUP_REQUESTS = 1
-DEFAULT_MAX_MODEL_LEN = 2048
-MIN_TIME_SHARE = 0.4
+# The one short streamed request that measures the server's speed before anything is sized.
+CALIBRATION_REQUESTS = 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,10 @@ class DecodePlan:
     # host or engine that changed speed mid-experiment shows as drift instead of as growth
     # (a shared 2-core host once ran batch 1 five times slower than the levels after it).
     batch1_after_requests: int = 2
+    # Seconds kept at the end for those closing requests, from the measured speed; None (a
+    # hand-built plan): a fixed share of the time left (decode.BATCH1_AFTER_TIME_SHARE).
+    closing_s: float | None = None
+    why: tuple[str, ...] = ()
 
     @property
     def requests(self) -> int:
@@ -94,6 +102,15 @@ class InterferencePlan:
     # baseline + injections + room for the last prefill, for a slow engine's extra injections
     # and for a late wake-up of the client on a busy host (the phase is timed from its real start).
     time_cap_s: float = 12.0
+    # The streams' own prefills and first steps are not the baseline: gaps ending this long after
+    # the phase started are left out of it (sized from the speed: a few steps and their prefills).
+    warmup_s: float = 0.3
+    # The step token budget the prompt lengths were set against (None: not known to the plan), and
+    # where that figure came from: with one prompt under it and one well over it the stall growth
+    # tests whether chunking bounds the stall.
+    step_tokens: int | None = None
+    step_tokens_source: str = ""
+    why: tuple[str, ...] = ()
 
     @property
     def injections(self) -> int:
@@ -103,12 +120,19 @@ class InterferencePlan:
     def requests(self) -> int:
         return self.streams * (1 + self.stream_restarts) + self.injections
 
+    @property
+    def tests_chunking(self) -> bool:
+        """One prompt fits a step and one must be chunked: the stall growth says whether chunking bounds it."""
+        if self.step_tokens is None or len(self.prompt_tokens) < 2:
+            return False
+        return min(self.prompt_tokens) < self.step_tokens < max(self.prompt_tokens)
+
     def describe(self) -> str:
         lengths = " or ".join(str(n) for n in self.prompt_tokens)
         return (
             f"{self.streams} steady streams ({self.stream_prompt_tokens} prompt, up to {self.stream_output_tokens} "
             f"output tokens, restarted up to {self.stream_restarts}x) for {self.baseline_s:.1f} s alone, then one "
-            f"prompt of {lengths} tokens (1 output token) at a time, at most every {self.inject_every_s:g} s, "
+            f"prompt of {lengths} tokens (1 output token) at a time, at most every {self.inject_every_s:.2g} s, "
             f"for {self.injection_s:.1f} s, or until {self.min_prefills} have their token (up to {self.injections} "
             f"injections)"
         )
@@ -129,6 +153,7 @@ class HeterogeneityPlan:
     # serve took 0.37 s for 4 tokens, then 0.04 s), and with a few rounds one slow control decides
     # the interval.
     warmup_rounds: int = 1
+    why: tuple[str, ...] = ()
 
     @property
     def requests(self) -> int:
@@ -153,6 +178,7 @@ class PrefixPlan:
     repeated_requests: int = 4  # after one warm-up request that puts the prefix in the cache
     output_tokens: int = 4
     time_cap_s: float = 6.0
+    why: tuple[str, ...] = ()
 
     @property
     def requests(self) -> int:
@@ -175,6 +201,7 @@ class SpecPlan:
     output_tokens: int = 128
     concurrency: int = 1
     time_cap_s: float = 5.0
+    why: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return (
@@ -184,25 +211,28 @@ class SpecPlan:
 
 
 StepPlan = DecodePlan | InterferencePlan | HeterogeneityPlan | PrefixPlan | SpecPlan
-_NATURAL: dict[str, StepPlan] = {
-    "decode": DecodePlan(),
-    "interference": InterferencePlan(),
-    "heterogeneity": HeterogeneityPlan(),
-    "prefix": PrefixPlan(),
-    "spec": SpecPlan(),
-}
 
 
 @dataclass(frozen=True)
 class ExperimentPlan:
+    """The steps to run, in order, and what did not fit.
+
+    `provisional`: sized before the server's speed was measured (the plan printed before anything
+    is sent); run_experiments sizes it again from its calibration request, within the same budget.
+    A plan that is not provisional (a hand-built one) is run exactly as it is, with no calibration.
+    `skipped` holds (experiment, why, what would let it run).
+    """
+
     budget: ActiveBudget
     steps: tuple[tuple[str, StepPlan], ...]
-    skipped: tuple[tuple[str, str], ...] = ()  # (experiment, why)
+    skipped: tuple[tuple[str, str, str], ...] = ()
     endpoint: Endpoint = "completions"
     max_model_len: int | None = None
     target: str = ""  # redacted URL, for the printout
     model: str = ""
     notes: tuple[str, ...] = field(default=())
+    provisional: bool = False
+    sized_from: str = ""  # the speed and limits the sizes came from, in words
 
     @property
     def requests(self) -> int:
@@ -216,144 +246,12 @@ class ExperimentPlan:
         return dict(self.steps).get(name)
 
 
-# --- fitting -----------------------------------------------------------------------------------
-def _fit_lengths(p: StepPlan, max_len: int) -> StepPlan:
-    """Shrink token lengths so every request fits the server's context."""
-    if isinstance(p, DecodePlan):
-        return replace(p, output_tokens=min(p.output_tokens, max_len - p.prompt_tokens - 1))
-    if isinstance(p, InterferencePlan):
-        longest = max(16, max_len - 8)
-        lengths = tuple(sorted({min(n, longest) for n in p.prompt_tokens}))
-        if len(lengths) == 1 and lengths[0] > 32:
-            lengths = (lengths[0] // 2, lengths[0])
-        return replace(
-            p,
-            prompt_tokens=lengths,
-            stream_output_tokens=min(p.stream_output_tokens, max_len - p.stream_prompt_tokens - 1),
-        )
-    if isinstance(p, HeterogeneityPlan):
-        return replace(p, long_tokens=min(p.long_tokens, max_len - p.prompt_tokens - 1))
-    if isinstance(p, PrefixPlan):
-        room = max_len - p.output_tokens - p.suffix_tokens - 16
-        return replace(p, prefix_tokens=max(64, min(p.prefix_tokens, room)))
-    return replace(p, output_tokens=min(p.output_tokens, max_len - p.prompt_tokens - 1))
-
-
-def _shrink(p: StepPlan, f: float) -> StepPlan:
-    """Scale request counts by f (< 1), never below each experiment's floor."""
-
-    def n(x: int, floor: int) -> int:
-        return max(floor, int(math.floor(x * f)))
-
-    if isinstance(p, DecodePlan):
-        allowed, levels = sum(p.concurrency_levels) * f, list[int]()
-        for c in p.concurrency_levels:  # keep the lowest levels: the highest cost the most requests
-            if levels and sum(levels) + c > allowed:
-                break
-            levels.append(c)
-        return replace(p, batch1_requests=n(p.batch1_requests, 3), concurrency_levels=tuple(levels))
-    if isinstance(p, InterferencePlan):
-        return replace(
-            p,
-            streams=n(p.streams, 2),
-            stream_restarts=p.stream_restarts if f >= 0.7 else 0,
-            injection_s=n(p.injections, 3) * p.inject_every_s,
-        )
-    if isinstance(p, HeterogeneityPlan):
-        return replace(p, rounds=n(p.rounds, 1), alone_rounds=n(p.alone_rounds, 1), peers=max(2, n(p.peers, 2)))
-    if isinstance(p, PrefixPlan):
-        return replace(p, fresh_requests=n(p.fresh_requests, 2), repeated_requests=n(p.repeated_requests, 2))
-    return replace(p, requests=n(p.requests, 2))
-
-
-def plan_experiments(
-    budget: ActiveBudget,
-    experiments: tuple[str, ...] = ALL_EXPERIMENTS,
-    *,
-    max_model_len: int | None = None,
-    endpoint: Endpoint = "completions",
-    target: str = "",
-    model: str = "",
-) -> ExperimentPlan:
-    """Fit the chosen experiments (in priority order) into `budget`.
-
-    Raises:
-        ValueError: an unknown experiment name (the message lists the known ones).
-    """
-    unknown = [e for e in experiments if e not in _NATURAL]
-    if unknown:
-        raise ValueError(f"unknown experiment(s) {', '.join(unknown)}; known: {', '.join(ALL_EXPERIMENTS)}")
-    max_len = max_model_len or DEFAULT_MAX_MODEL_LEN
-    notes = [] if max_model_len else [f"the server's max_model_len is unknown: lengths assume {DEFAULT_MAX_MODEL_LEN}"]
-    steps = [(name, _fit_lengths(_NATURAL[name], max_len)) for name in dict.fromkeys(experiments)]
-    skipped: list[tuple[str, str]] = []
-
-    # Requests: keep, in priority order, what fits at its floor; then grow all of them
-    # together towards their natural sizes as far as the budget allows.
-    for_experiments = max(0, budget.max_requests - SETUP_REQUESTS)
-    if sum(p.requests for _, p in steps) > for_experiments:
-        kept, used = [], 0
-        for name, p in steps:
-            floor = _shrink(p, 0.0)
-            if used + floor.requests <= for_experiments:
-                kept.append((name, p))
-                used += floor.requests
-            else:
-                skipped.append(
-                    (
-                        name,
-                        f"needs at least {floor.requests} requests; the budget of "
-                        f"{budget.max_requests} has {for_experiments - used} left for it after the set-up request",
-                    )
-                )
-        lo, hi = 0.0, 1.0
-        for _ in range(30):  # the largest common scale that fits (request counts grow with it)
-            mid = (lo + hi) / 2
-            if sum(_shrink(p, mid).requests for _, p in kept) <= for_experiments:
-                lo = mid
-            else:
-                hi = mid
-        steps = [(name, _shrink(p, lo)) for name, p in kept]
-
-    # Time: the same way. Under MIN_TIME_SHARE of its natural time an experiment is noise.
-    room = budget.max_seconds - SETUP_RESERVE_S
-    if sum(p.time_cap_s for _, p in steps) > room:
-        timed: list[tuple[str, StepPlan]] = []
-        seconds = 0.0
-        for name, p in steps:
-            need = MIN_TIME_SHARE * p.time_cap_s
-            if seconds + need <= room:
-                timed.append((name, p))
-                seconds += need
-            else:
-                skipped.append(
-                    (
-                        name,
-                        f"needs about {need:.0f} s; the budget of {budget.max_seconds:g} s leaves "
-                        f"{max(0.0, room - seconds):.1f} s for it",
-                    )
-                )
-        f = min(1.0, room / sum(p.time_cap_s for _, p in timed)) if timed else 1.0
-        steps = [(name, _scale_time(p, f)) for name, p in timed]
-    return ExperimentPlan(budget, tuple(steps), tuple(skipped), endpoint, max_model_len, target, model, tuple(notes))
-
-
-def _scale_time(p: StepPlan, f: float) -> StepPlan:
-    if f >= 1.0:
-        return p
-    if isinstance(p, InterferencePlan):
-        return replace(
-            p,
-            baseline_s=p.baseline_s * f,
-            injection_s=max(p.inject_every_s * 3, p.injection_s * f),
-            time_cap_s=p.time_cap_s * f,
-        )
-    return replace(p, time_cap_s=p.time_cap_s * f)
-
-
 # --- printing ------------------------------------------------------------------------------------
-def describe_plan(plan: ExperimentPlan) -> str:
-    """What will be sent, before anything is: counts, lengths, rates, endpoints, the time bound."""
+def describe_plan(plan: ExperimentPlan, *, reasons: bool = False) -> str:
+    """What will be sent, before anything is: counts, lengths, rates, endpoints, the time bound.
+
+    `reasons`: also each step's reasons for its sizes (events.jsonl carries them; the console
+    printout keeps to what is sent)."""
     path = ENDPOINT_PATHS[plan.endpoint]
     who = f" {plan.target}" if plan.target else ""
     model = f" (model {plan.model})" if plan.model else ""
@@ -362,28 +260,41 @@ def describe_plan(plan: ExperimentPlan) -> str:
         f"  budget: {plan.budget.describe()} - a hard bound: nothing is sent beyond it, and streams still open "
         "at the deadline are cut",
     ]
+    if plan.sized_from:
+        lines.append(f"  sized from: {plan.sized_from}")
     for i, (name, p) in enumerate(plan.steps, 1):
         lines.append(
             f"  {i}. {name} ({QUESTION_OF[name]}): {p.describe()}; at most {p.requests} requests, "
             f"at most {p.time_cap_s:.0f} s"
         )
-    for name, why in plan.skipped:
-        lines.append(f"  - {name} ({QUESTION_OF[name]}) will not run: {why}")
+        if reasons:
+            lines.extend(f"       why: {w}" for w in p.why)
+    for name, why, hint in plan.skipped:
+        lines.append(f"  - {name} ({QUESTION_OF[name]}) will not run: {why}" + (f" ({hint})" if hint else ""))
     rate = (
         f"; starts paced to at most {plan.budget.max_rps:g}/s, which may stretch the experiments"
         if plan.budget.max_rps
         else ""
     )
+    extra = SETUP_REQUESTS + (CALIBRATION_REQUESTS if plan.provisional else 0)
     if plan.steps:
         lines.append(
-            f"  in all: at most {min(plan.requests + SETUP_REQUESTS, plan.budget.max_requests)} requests "
-            f"(the POST /tokenize below included) within "
-            f"{plan.duration_bound_s:.0f} s{rate}"
+            f"  in all: at most {min(plan.requests + extra, plan.budget.max_requests)} requests "
+            f"(the POST /tokenize{' and the calibration request' if plan.provisional else ''} below included) "
+            f"within {plan.duration_bound_s:.0f} s{rate}"
         )
     else:
         lines.append("  nothing will be sent: no experiment fits the budget")
+    first = "one POST /tokenize first (to size prompts in tokens; it counts against the budget)"
+    if plan.provisional:
+        first += (
+            ", then one short streamed calibration request (it counts too) whose time per token and prefill "
+            "time per prompt token size every experiment again, within the same budget: the sizes above assume "
+            "the speed stated under 'sized from' and are replaced by those measured (events.jsonl, "
+            "'experiments-sized', has the final plan and why each size was chosen)"
+        )
     lines.append(
-        "  also: one POST /tokenize first (to size prompts in tokens; it counts against the budget), "
+        f"  also: {first}; "
         "GET /v1/models and, with metrics, GET /metrics before and after each experiment (read-only, as in "
         "passive mode); a request resent (its connection closed before any answer, or the server rejected "
         "an optional field such as ignore_eos by name) takes a budget slot and waits for the rate limit "

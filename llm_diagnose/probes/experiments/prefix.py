@@ -92,16 +92,34 @@ async def run_prefix(ctx: ExperimentContext, plan: PrefixPlan, deadline: float) 
     def suffix() -> Prompt:
         return p.body(plan.suffix_tokens, ctx.rng, ep)
 
+    fresh: list[RequestRecord] = []
+    repeated: list[RequestRecord] = []
+    s0 = s1 = s2 = s3 = None
+
+    def analysed() -> ExperimentOutcome:  # the phases done so far (late-bound: always current)
+        return analyse_prefix(
+            ctx, plan, fresh, repeated, hits_from(fresh, ServerDelta(s0, s1)), hits_from(repeated, ServerDelta(s2, s3))
+        )
+
     s0 = await ctx.scrape()
     fresh = await phase("fresh", [p.join(p.nonce(ep), body, suffix()) for _ in range(plan.fresh_requests)])
     s1 = await ctx.scrape()
+    ctx.salvage = analysed  # the salted phase is done: an overrun later keeps it
     await phase("warm-up", [p.join(run_prefix_, suffix())])
     s2 = await ctx.scrape()
     repeated = await phase("repeated", [p.join(run_prefix_, suffix()) for _ in range(plan.repeated_requests)])
     s3 = await ctx.scrape()
-    return analyse_prefix(
-        ctx, plan, fresh, repeated, hits_from(fresh, ServerDelta(s0, s1)), hits_from(repeated, ServerDelta(s2, s3))
-    )
+    return analysed()
+
+
+def _prompt_length(plan: PrefixPlan, records: list[RequestRecord]) -> str:
+    """The prompts' length as the server counted it (usage.prompt_tokens), else as planned, and which."""
+    counted = [r.prompt_tokens for r in records if r.prompt_tokens]
+    if counted:
+        return (
+            f"prompts of {int(statistics.median(counted))} tokens as the server counted them, prefix and salt included"
+        )
+    return f"a {plan.prefix_tokens}-token prefix as planned: the server reported no usage.prompt_tokens"
 
 
 def analyse_prefix(
@@ -147,7 +165,7 @@ def analyse_prefix(
             samples=tuple(statistics.median(ttft_fresh) / t for t in ttft_repeated),
             warnings=warnings,
             note=f"median TTFT of salted prompts {statistics.median(ttft_fresh) * 1e3:.1f} ms / of repeated-prefix "
-            f"prompts {statistics.median(ttft_repeated) * 1e3:.1f} ms ({plan.prefix_tokens}-token prefix)",
+            f"prompts {statistics.median(ttft_repeated) * 1e3:.1f} ms ({_prompt_length(plan, fresh + repeated)})",
         )
     else:
         results[Q.PREFIX_ACTIVE_TTFT_SPEEDUP] = NotMeasured(

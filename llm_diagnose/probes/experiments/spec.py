@@ -50,6 +50,8 @@ async def run_spec(ctx: ExperimentContext, plan: SpecPlan, deadline: float) -> E
         )
         for i in range(plan.requests)
     ]
+    # What completed so far, with the counters up to now unknown: an overrun keeps the finished streams.
+    ctx.salvage = lambda: analyse_spec(ctx, plan, driver.records_of("spec"), ServerDelta(before, None))
     for start in range(0, len(specs), plan.concurrency):
         if time.perf_counter() >= deadline:
             break

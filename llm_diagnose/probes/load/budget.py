@@ -17,12 +17,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ActiveBudget", "BudgetGuard", "RATE_MARGIN"]
+__all__ = ["ActiveBudget", "BudgetGuard", "RATE_MARGIN", "DEFAULT_MAX_RPS"]
 
 # Starts are spaced this much wider than 1/max_rps, so that a server counting arrivals in any
 # one-second window sees at most max_rps of them even when the network or a busy host delays
 # one request a few milliseconds more than the next (2% of a second: 20 ms of slack per window).
 RATE_MARGIN = 0.02
+
+# The start rate `run --active` keeps to when --max-rps is not given: a guard for a server that
+# serves others. The experiments' one-at-a-time phases start at most about 25 requests a second on
+# the fastest server (prefix's 4-token answers), so they are not slowed; their bursts start within
+# a fraction of their streams' time (heterogeneity's peers 0.06 s, the decode ladder's 8 and 32
+# streams 0.16 and 0.65 s; its top on the default budget, about 100 streams, over about 2 s: the
+# plan says starts are paced). A server sees at most 50 of these short requests (32-64 prompt
+# tokens) in any second: 1,600-3,200 prompt tokens, one or two scheduler steps' worth (vLLM takes
+# 2,048 or 8,192 a step), and the default budget of 200 requests lasts at least 4 s at that rate.
+# A replay keeps its recorded timing (the recording's rate is what was asked for) unless given one.
+DEFAULT_MAX_RPS = 50.0
 
 
 @dataclass(frozen=True)

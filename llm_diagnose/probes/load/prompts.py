@@ -5,8 +5,10 @@ Two forms, chosen per endpoint:
   shared prefixes, because the ids are the tokens. The ids are drawn from those the server's
   tokenizer produced for ordinary words, so no special token (BOS, EOS) slips in;
 - text (chat, or a server without `/tokenize`): seeded pseudo-words, sized by a
-  tokens-per-word ratio calibrated through `/tokenize` when it exists, guessed otherwise
-  (and then every length in the report is flagged as an estimate).
+  tokens-per-word ratio calibrated through `/tokenize` when it exists, guessed otherwise and
+  then corrected from the first response's `usage.prompt_tokens` (`PromptMaker.corrected`);
+  every length in the report is then flagged as an estimate, and the analyses use the lengths
+  the server counted.
 
 A salt is a random nonce at the START of a prompt: a prefix cache keys blocks by everything
 before them, so a prompt that differs in its first tokens shares nothing with any earlier
@@ -16,7 +18,7 @@ one, however warm the cache (the chained-hash fact in shared/notes/trace-formats
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import aiohttp
 
@@ -28,6 +30,9 @@ Prompt = str | tuple[int, ...]
 NONCE_TOKENS = 6  # 6 random ordinary tokens: two salts collide about never
 _ENTROPY = random.SystemRandom()
 GUESSED_TOKENS_PER_WORD = 1.3  # English-like text in common BPE vocabularies
+# Our pseudo-words are 1-3 syllables: a BPE vocabulary splits each into at least one token and
+# rarely more than a few; a count outside this range is a server's (or a gateway's) wrong usage.
+PLAUSIBLE_TOKENS_PER_WORD = (0.5, 8.0)
 
 
 def _make_words(n: int = 2000, seed: int = 20261202) -> tuple[str, ...]:
@@ -92,6 +97,27 @@ class PromptMaker:
         if len(texts) == len(parts):
             return "\n".join(p for p in texts if p)
         raise TypeError("cannot join text and token-id prompt parts")
+
+    def corrected(self, prompt_tokens: int, words: int, how: str) -> PromptMaker:
+        """The same maker, its tokens-per-word ratio set from a response's usage.prompt_tokens.
+
+        Without `/tokenize` (a gateway that routes only /v1/*) the ratio is a guess; the server's own
+        count of a prompt's tokens is the correction. `how` says which request it came from."""
+        if self.token_pool or words <= 0 or prompt_tokens <= 0:
+            return self
+        ratio = prompt_tokens / words
+        if not PLAUSIBLE_TOKENS_PER_WORD[0] <= ratio <= PLAUSIBLE_TOKENS_PER_WORD[1]:
+            return replace(
+                self,
+                source=f"{self.source}; usage.prompt_tokens of {how} said {prompt_tokens} tokens for {words} words "
+                f"({ratio:.2f} per word), which no tokenizer gives: not used",
+            )
+        return replace(
+            self,
+            tokens_per_word=ratio,
+            source=f"corrected from usage.prompt_tokens of {how}: {prompt_tokens} tokens for {words} words "
+            f"({ratio:.2f} per word; before: {self.source})",
+        )
 
     def describe(self) -> str:
         if self.token_pool:

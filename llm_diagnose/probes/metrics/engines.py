@@ -134,6 +134,9 @@ CONCEPTS: dict[str, Concept] = {
     "e2e": Concept("histogram", "sum", "end-to-end request latency, seconds"),
     "queue_time": Concept("histogram", "sum", "time waiting before scheduling, seconds"),
     "decode_time": Concept("histogram", "sum", "first token to last token, seconds"),
+    "prefill_time": Concept("histogram", "sum", "scheduling to first token (queueing excluded), seconds"),
+    "inference_time": Concept("histogram", "sum", "scheduling to last token (queueing excluded), seconds"),
+    "iteration_tokens": Concept("histogram", "sum", "tokens per engine step, prefill and decode together"),
     "output_length": Concept("histogram", "sum", "output tokens per request"),
     "input_length": Concept("histogram", "sum", "prompt tokens per request"),
     "spec_drafts": Concept("counter", "sum", "speculative verification steps"),
@@ -175,6 +178,11 @@ ENGINE_METRICS: dict[str, dict[str, tuple[Candidate, ...]]] = {
         "e2e": (Sel("vllm:e2e_request_latency_seconds"),),
         "queue_time": (Sel("vllm:request_queue_time_seconds"),),
         "decode_time": (Sel("vllm:request_decode_time_seconds"),),
+        "prefill_time": (Sel("vllm:request_prefill_time_seconds"),),
+        "inference_time": (Sel("vllm:request_inference_time_seconds"),),
+        # A histogram despite its name (a wire family `..._total_bucket`); from 0.24 it counts only
+        # computed prompt tokens (cache hits left out). Its fullest bucket bounds the step budget used.
+        "iteration_tokens": (Sel("vllm:iteration_tokens_total"),),
         "output_length": (Sel("vllm:request_generation_tokens"),),
         "input_length": (Sel("vllm:request_prompt_tokens"),),
         "spec_drafts": (Sel("vllm:spec_decode_num_drafts_total"),),

@@ -15,9 +15,11 @@ returns its keys:
 - passive_window: the window (length, completeness, bad samples) and the engine's identity;
 - passive_config: configuration facts (block size, prefix caching, KV capacity and sizes,
   speculative decoding and KV offload configured or not);
-- passive_kv_batch: load level (KV usage, running/waiting, concurrency, batch cap, preemptions);
+- passive_kv_batch: load level (KV usage, running/waiting, concurrency, batch cap, the fullest
+  engine step, preemptions);
 - passive_prefix: the prefix-cache hit rate and the tokens looked up;
-- passive_latency: ITL/TTFT/end-to-end/queue-time quantiles and the decode-time share;
+- passive_latency: ITL/TTFT/end-to-end/queue-time/prefill-time/running-time quantiles and the
+  decode-time share;
 - passive_spec: speculative-decoding acceptance rate and length;
 - passive_interference: prompt-token rate vs inter-token latency, rank-correlated;
 - passive_workload: token and request rates, output and input lengths;
@@ -50,6 +52,7 @@ from llm_diagnose.probes.quantities import (
     ENGINE_NAME,
     GEN_TOKENS_PER_S,
     GPU_MEMORY_UTILIZATION,
+    INFERENCE_TIME_P50,
     INPUT_LEN_P50,
     ITL_P50,
     ITL_P99,
@@ -67,6 +70,7 @@ from llm_diagnose.probes.quantities import (
     PAGED_KV,
     PREEMPTION_RATE,
     PREEMPTIONS,
+    PREFILL_TIME_P50,
     PREFIX_CACHING,
     PREFIX_HIT_RATE,
     PREFIX_QUERIED_TOKENS,
@@ -80,6 +84,7 @@ from llm_diagnose.probes.quantities import (
     SPEC_ACCEPTANCE_LENGTH,
     SPEC_ACCEPTANCE_RATE,
     SPEC_DECODE,
+    STEP_TOKENS_MAX,
     TTFT_P50,
     TTFT_P99,
     WAITING_MEAN,
@@ -116,6 +121,7 @@ PASSIVE_KEYS = (
     RUNNING_MEAN,
     RUNNING_MAX,
     RUNNING_CAP_ESTIMATE,
+    STEP_TOKENS_MAX,
     CONCURRENCY_MEAN,
     QUEUE_TIME_P50,
     PREFIX_HIT_RATE,
@@ -125,6 +131,8 @@ PASSIVE_KEYS = (
     TTFT_P50,
     TTFT_P99,
     E2E_P50,
+    PREFILL_TIME_P50,
+    INFERENCE_TIME_P50,
     DECODE_TIME_SHARE,
     SPEC_ACCEPTANCE_RATE,
     SPEC_ACCEPTANCE_LENGTH,

@@ -2,7 +2,8 @@
 
 From the engine's gauges and its preemption counter it produces KV usage (p95, mean), running
 and waiting requests (mean, max), concurrency (running + waiting), an estimate of the
-running-batch cap, and preemptions (count and rate).
+running-batch cap, the fullest engine step in tokens (vLLM's iteration_tokens_total: how much of
+the step budget steps use), and preemptions (count and rate).
 
 Why: these say whether the server is saturated and by what. A full KV cache with preemptions
 is bound by memory; a running batch that plateaus while requests wait and KV has room is
@@ -17,6 +18,7 @@ import statistics
 from collections.abc import Callable
 
 from llm_diagnose.probes.metrics.engines import CONCEPTS, Sel
+from llm_diagnose.probes.metrics.histogram import histogram_quantile
 from llm_diagnose.probes.metrics.passive_context import NO_TRAFFIC_HINT, PassiveContext, reset_warning, too_few
 from llm_diagnose.probes.quantities import (
     BAD_SAMPLES,
@@ -28,6 +30,7 @@ from llm_diagnose.probes.quantities import (
     RUNNING_CAP_ESTIMATE,
     RUNNING_MAX,
     RUNNING_MEAN,
+    STEP_TOKENS_MAX,
     WAITING_MEAN,
 )
 from llm_diagnose.probes.results import Measurement, NotMeasured, Result, percentile
@@ -67,6 +70,7 @@ def kv_and_batch(ctx: PassiveContext) -> dict[str, Result]:
     out.update(_gauge_measurements(ctx, "waiting", "count", {WAITING_MEAN: statistics.fmean}, waiting_note))
     out[CONCURRENCY_MEAN] = _concurrency(ctx)
     out[RUNNING_CAP_ESTIMATE] = _running_cap(ctx)
+    out[STEP_TOKENS_MAX] = _fullest_step(ctx)
 
     inc = ctx.counter("preemptions")
     if inc is None:
@@ -218,4 +222,30 @@ def _running_cap(ctx: PassiveContext) -> Result:
         warnings=ctx.warnings(),
         note=f"running batch stayed at {plateau:g} in {capped.count(plateau)} scrapes while requests "
         f"waited and KV usage was below {CAP_ESTIMATE_KV_CEILING:g}",
+    )
+
+
+def _fullest_step(ctx: PassiveContext) -> Result:
+    """Tokens in the fullest engine step over the window: how much of the step budget steps use.
+
+    vLLM counts each step's tokens (prefill and decode together) in iteration_tokens_total; the
+    highest bucket that gained an observation holds the fullest step. Its upper edge is reported
+    (the step held at most that many, more than the edge below): a step budget is often a bucket
+    edge itself (2048, 8192), and a fullest step at the budget says long prompts filled it."""
+    inc = ctx.histogram("iteration_tokens")
+    if inc is None:
+        return ctx.missing("iteration_tokens", "vLLM counts tokens per step (vllm:iteration_tokens_total)")
+    if not inc.intervals:
+        return too_few(ctx, inc.selector)
+    prov = ctx.prov("prometheus-histogram-window", inc.selector)
+    fullest = histogram_quantile(1.0, inc.buckets)
+    if fullest is None or inc.count <= 0:
+        return NotMeasured("no engine step ran in the window", NO_TRAFFIC_HINT, prov)
+    cached = " (computed prompt tokens only: cache hits are left out from vLLM 0.24)" if ctx.engine == "vllm" else ""
+    return Measurement(
+        fullest.honest_value if fullest.in_overflow_bucket else fullest.upper,
+        "tokens",
+        prov,
+        warnings=ctx.warnings(reset_warning(inc)),
+        note=f"the fullest of {inc.count:.0f} engine steps held {fullest.bound_note} tokens{cached}",
     )

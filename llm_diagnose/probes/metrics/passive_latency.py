@@ -1,7 +1,8 @@
 """Latency evidence from the engine's histograms over the window.
 
-It produces ITL p50/p99, TTFT p50/p99, end-to-end p50, queue-time p50, and the share of
-request time spent decoding.
+It produces ITL p50/p99, TTFT p50/p99, end-to-end p50, queue-time p50, the engine-side prefill
+and running times (vLLM's request_prefill_time / request_inference_time: scheduling to first and
+to last token, so queueing is left out of both), and the share of request time spent decoding.
 
 Why: these are the symptoms a diagnosis explains. Each quantile comes from the bucket
 increases over the window (never lifetime totals), with a note on how the bucket bounds
@@ -21,8 +22,10 @@ from llm_diagnose.probes.metrics.passive_context import (
 from llm_diagnose.probes.quantities import (
     DECODE_TIME_SHARE,
     E2E_P50,
+    INFERENCE_TIME_P50,
     ITL_P50,
     ITL_P99,
+    PREFILL_TIME_P50,
     QUEUE_TIME_P50,
     TTFT_P50,
     TTFT_P99,
@@ -42,6 +45,8 @@ def latency(ctx: PassiveContext) -> dict[str, Result]:
         TTFT_P99: quantile_result(ctx, "ttft", 0.99, "s", "no request got its first token in the window"),
         E2E_P50: quantile_result(ctx, "e2e", 0.50, "s", no_requests),
         QUEUE_TIME_P50: quantile_result(ctx, "queue_time", 0.50, "s", no_requests),
+        PREFILL_TIME_P50: quantile_result(ctx, "prefill_time", 0.50, "s", no_requests),
+        INFERENCE_TIME_P50: quantile_result(ctx, "inference_time", 0.50, "s", no_requests),
     }
     out[DECODE_TIME_SHARE] = _decode_share(ctx, no_requests)
     return out

@@ -15,7 +15,7 @@ import statistics
 from llm_diagnose.probes.metrics.engines import HitPair
 from llm_diagnose.probes.metrics.passive_config import info_label, info_labels
 from llm_diagnose.probes.metrics.passive_context import NO_TRAFFIC_HINT, PassiveContext, reset_warning, too_few
-from llm_diagnose.probes.quantities import PREFIX_HIT_RATE, PREFIX_QUERIED_TOKENS
+from llm_diagnose.probes.quantities import ENGINE_HIT_RATE_WARNING, PREFIX_HIT_RATE, PREFIX_QUERIED_TOKENS
 from llm_diagnose.probes.results import Measurement, NotMeasured, Result
 
 __all__ = ["prefix_cache"]
@@ -92,7 +92,7 @@ def prefix_cache(ctx: PassiveContext) -> dict[str, Result]:
                 "fraction",
                 prov,
                 samples=tuple(values),
-                warnings=ctx.warnings("engine-computed gauge, not a windowed token ratio: mean of its readings"),
+                warnings=ctx.warnings(f"{ENGINE_HIT_RATE_WARNING}: mean of its readings"),
             )
         else:
             out[PREFIX_HIT_RATE] = NotMeasured(
