@@ -24,6 +24,7 @@ from llm_diagnose.diagnose.capacity.model import (
     ModelError,
     StepModel,
     _nonnegative_fit,
+    fitted_range,
     step_observations,
     uncached_prompt,
 )
@@ -200,4 +201,5 @@ def fit_step_model(
         fitted,
         source=f"simulator fitted to {len(done)} requests of {source} (replay error "
         f"{math.sqrt(replay_error(fitted, limits, done, blocks_of)):.0%} rms log)",
+        fitted_range=fitted_range(done),
     )

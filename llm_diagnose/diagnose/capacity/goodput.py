@@ -1,8 +1,9 @@
 """Goodput: the highest rate at which the SLO holds, predicted from the model or judged live.
 
-Both sides use the same search (`llm_diagnose.probes.experiments.goodput.RateSearch`), the same Poisson
-draws (`PoissonArrivals(rate, seed)`: the arrivals of one trial are the unit-rate draws over
-the rate) and the same judgement (`SLO.met_by` on ttft / itl / e2e values, a failed or
+Both sides use the same search (`llm_diagnose.probes.experiments.goodput.RateSearch`, or the
+live ramp's rule `experiments.ramp.RampSearch`: `predict_ramp`), the same Poisson draws
+(`PoissonArrivals(rate, seed)`: the arrivals of one trial are the unit-rate draws over the
+rate) and the same judgement (`SLO.met_by` on ttft / itl / e2e values, a failed or
 unfinished request counting as infinitely late), so a prediction and a measurement differ
 only in where the latencies came from.
 """
@@ -12,11 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from llm_diagnose.diagnose.capacity.model import StepModel
 from llm_diagnose.diagnose.capacity.simulate import EngineLimits, SimRequest, simulate
 from llm_diagnose.diagnose.tree.slo import SLO
-from llm_diagnose.probes.experiments.goodput import RateSearch, Trial
+from llm_diagnose.probes.experiments.goodput import LiveSearch, RateSearch, Trial
+from llm_diagnose.probes.experiments.ramp import RampPlan, RampSearch
 from llm_diagnose.probes.load.pacing import PoissonArrivals, arrival_offsets
 from llm_diagnose.probes.load.records import RequestRecord
 
@@ -25,10 +28,17 @@ __all__ = [
     "slo_judge",
     "at_rate",
     "predict_goodput",
+    "predict_ramp",
     "GoodputPrediction",
     "items_from_trace",
     "items_from_records",
+    "text_tokens",
 ]
+
+
+def text_tokens(trace: Sequence) -> int:
+    """Trace requests whose prompt length `items_from_trace` approximates (text, no stated length)."""
+    return sum(1 for r in trace if r.text and r.input_tokens is None and (r.tokens is None or not len(r.tokens)))
 
 
 def values_from_records(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
@@ -95,12 +105,31 @@ def predict_goodput(
     """The model's answer to the search the live server would be put through (same rates, same draws)."""
     if not slo.latency_bound:
         raise ValueError("goodput needs a latency objective (--slo ttft:p99:2s, ...)")
-    search = RateSearch(low_rps, high_rps, steps)
-    while (rate := search.next_rate()) is not None:
-        result = simulate(at_rate(items, rate, seed), model, limits)
-        values = result.values()
-        search.record(Trial(rate, slo.met_by(values), len(items), _checks_text(slo, values)))
+    search = _walk(RateSearch(low_rps, high_rps, steps), items, model, limits, slo, seed)
     return GoodputPrediction(search, model, limits)
+
+
+_Search = TypeVar("_Search", bound=LiveSearch)
+
+
+def _walk(
+    search: _Search, items: Sequence[SimRequest], model: StepModel, limits: EngineLimits, slo: SLO, seed: int
+) -> _Search:
+    """`search` walked with the simulator: each rate's trial is `items` at that rate (the same draws)."""
+    while (rate := search.next_rate()) is not None:
+        values = simulate(at_rate(items, rate, seed), model, limits).values()
+        search.record(Trial(rate, slo.met_by(values), len(items), _checks_text(slo, values)))
+    return search
+
+
+def predict_ramp(
+    items: Sequence[SimRequest], model: StepModel, limits: EngineLimits, slo: SLO, plan: RampPlan
+) -> RampSearch:
+    """The model walking the live ramp's rule (`plan`: same start, factor, ceiling, trials, draws)."""
+    if not slo.latency_bound:
+        raise ValueError("goodput needs a latency objective (--slo ttft:p99:2s, ...)")
+    search = RampSearch(plan.start_rps, plan.steps, plan.factor, plan.max_rps, plan.max_trials)
+    return _walk(search, items, model, limits, slo, plan.seed)
 
 
 def items_from_trace(
@@ -109,20 +138,27 @@ def items_from_trace(
     """SimRequests (arrival 0) for trace requests (llm_diagnose.probes.traces TraceRequest), with prefix block keys.
 
     Mooncake hash ids each stand for 512 tokens, as the replay sends them: block j of a hash id
-    is keyed (id, j). Token ids are keyed by the chained hash of their full blocks. Text and
-    length-only requests have no keys (no prefix reuse is simulated for them).
+    is keyed (id, j). Token ids are keyed by the chained hash of their full blocks. Text without
+    a stated length is counted, and keyed, by the approximate tokenizer of the trace analysis
+    (`text_tokens`; a prompt counted as one token made a 200-token workload look free to
+    prefill). Length-only requests have no keys (no prefix reuse is simulated for them).
     """
     from llm_diagnose.probes.load.replay import MOONCAKE_BLOCK_TOKENS
+    from llm_diagnose.probes.traces.tokenize import ApproxTokenizer
 
+    approx = ApproxTokenizer()
     out = []
     for r in trace:
         n_out = max(1, r.output_tokens or default_output_tokens)
         blocks: list[object] = []
-        if r.tokens is not None and len(r.tokens):
-            n_in = len(r.tokens)
+        tokens = r.tokens
+        if (tokens is None or not len(tokens)) and r.text and r.input_tokens is None:
+            tokens = approx.encode(r.text)
+        if tokens is not None and len(tokens):
+            n_in = len(tokens)
             h: object = None
             for i in range(n_in // block_size):
-                h = hash((h, tuple(int(t) for t in r.tokens[i * block_size : (i + 1) * block_size])))
+                h = hash((h, tuple(int(t) for t in tokens[i * block_size : (i + 1) * block_size])))
                 blocks.append(h)
         else:
             n_in = max(1, r.input_tokens or (len(r.hash_ids or ()) * MOONCAKE_BLOCK_TOKENS) or 1)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llm_diagnose.diagnose.capacity.fit import fit_step_model
-from llm_diagnose.diagnose.capacity.model import StepModel
+from llm_diagnose.diagnose.capacity.model import StepModel, group_name
 from llm_diagnose.diagnose.capacity.simulate import EngineLimits
 from llm_diagnose.diagnose.capacity.validate import ModelValidation, validate_model
 from llm_diagnose.diagnose.tree.evidence import Evidence
@@ -59,8 +59,9 @@ def limits_from_evidence(
     kv = take(Q.KV_CAPACITY_TOKENS, None, "KV capacity tokens")
     block = take(Q.BLOCK_SIZE, DEFAULT_BLOCK_SIZE, "block size")
     if max_batched_tokens is None:
-        max_batched_tokens = DEFAULT_MAX_BATCHED_TOKENS
-        assumed.append(f"max_num_batched_tokens {DEFAULT_MAX_BATCHED_TOKENS} (vLLM default; --max-batched-tokens)")
+        # The server's config where the evidence has it (the engine's ceiling reads it), else vLLM's default.
+        stated = take(Q.MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_BATCHED_TOKENS, "max_num_batched_tokens")
+        max_batched_tokens = int(stated or DEFAULT_MAX_BATCHED_TOKENS)
     else:
         said.append(f"max_num_batched_tokens {max_batched_tokens} (given)")
     caching = evidence.fact(Q.PREFIX_CACHING) if prefix_caching is None else prefix_caching
@@ -114,8 +115,7 @@ def split_groups(records: Sequence[RequestRecord]) -> dict[str, list[RequestReco
     split into its first two thirds and its last third."""
     groups: dict[str, list[RequestRecord]] = {}
     for r in sorted(records, key=lambda r: r.t_send):
-        name = "/".join(x for x in (r.experiment, r.phase, r.request_id.rsplit("-", 1)[0]) if x) or "run"
-        groups.setdefault(name, []).append(r)
+        groups.setdefault(group_name(r), []).append(r)
     if len(groups) == 1:
         ((name, rs),) = groups.items()
         cut = (2 * len(rs)) // 3

@@ -25,7 +25,16 @@ from dataclasses import dataclass
 
 from llm_diagnose.probes.load.records import RequestRecord
 
-__all__ = ["StepModel", "StepObservation", "ModelError", "step_observations", "uncached_prompt"]
+__all__ = [
+    "StepModel",
+    "StepObservation",
+    "ModelError",
+    "FittedRange",
+    "fitted_range",
+    "group_name",
+    "step_observations",
+    "uncached_prompt",
+]
 
 MIN_OBSERVATIONS = 30  # fewer gaps than this cannot pin three coefficients
 
@@ -39,6 +48,28 @@ class StepObservation:
     duration_s: float
     batch: int  # sequences in the step (decoding, or prefilled in it)
     prefill_tokens: int  # uncached prompt tokens computed in the step
+
+
+@dataclass(frozen=True)
+class FittedRange:
+    """The regime the records a model was fitted on cover: beyond it the model extrapolates."""
+
+    max_sequences: int  # the most streams seen decoding together (their token spans overlapping)
+    max_step_tokens: int  # the most tokens seen in one step: its sequences plus the prefill tokens in it
+    max_rate_rps: float  # the fastest a batch of the records (a trial, a level) completed: requests / its span
+
+    def describe(self) -> str:
+        return (
+            f"1-{self.max_sequences} sequences, up to {self.max_step_tokens:,} tokens a step and "
+            f"{self.max_rate_rps:.3g} requests/s"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "max_sequences": self.max_sequences,
+            "max_step_tokens": self.max_step_tokens,
+            "max_rate_rps": self.max_rate_rps,
+        }
 
 
 @dataclass(frozen=True)
@@ -57,6 +88,7 @@ class StepModel:
     # of N requests queueing N x that long, which the live server did not do (its TTFTs in a
     # burst of 24 were within 70-90 ms of each other, not spread over 24 x 12 ms).
     request_latency_s: float = 0.0
+    fitted_range: FittedRange | None = None  # None: not known (a model given by hand)
 
     def __post_init__(self) -> None:
         for name in ("fixed_s", "per_seq_s", "per_prefill_token_s", "request_overhead_s", "request_latency_s"):
@@ -86,6 +118,7 @@ class StepModel:
             "request_latency_s": self.request_latency_s,
             "observations": self.observations,
             "source": self.source,
+            "fitted_range": None if self.fitted_range is None else self.fitted_range.to_dict(),
         }
 
 
@@ -93,6 +126,30 @@ def uncached_prompt(record: RequestRecord) -> int:
     """Prompt tokens the engine had to compute for this request (the server's counts where it sent them)."""
     prompt = record.prompt_tokens if record.prompt_tokens is not None else (record.planned_prompt_tokens or 0)
     return max(0, prompt - (record.cached_tokens or 0))
+
+
+def group_name(record: RequestRecord) -> str:
+    """The batch a request was sent in: experiment, phase, and its id without the per-request
+    index (one trial of a search, one level of a ramp: "goodput3-17" -> "goodput3")."""
+    return "/".join(x for x in (record.experiment, record.phase, record.request_id.rsplit("-", 1)[0]) if x) or "run"
+
+
+def fitted_range(records: Sequence[RequestRecord]) -> FittedRange:
+    """The regime `records` cover (see FittedRange): steps from their token gaps, rates per batch."""
+    obs = step_observations(records)
+    spans: dict[str, list[RequestRecord]] = {}
+    for r in _usable(records):
+        spans.setdefault(group_name(r), []).append(r)
+    rates = [
+        len(rs) / span
+        for rs in spans.values()
+        if len(rs) >= 2 and (span := max(r.t_send + r.event_times[-1] for r in rs) - min(r.t_send for r in rs)) > 0
+    ]
+    return FittedRange(
+        max((o.batch for o in obs), default=1),
+        max((o.batch + o.prefill_tokens for o in obs), default=1),
+        max(rates, default=0.0),
+    )
 
 
 def _usable(records: Iterable[RequestRecord]) -> list[RequestRecord]:

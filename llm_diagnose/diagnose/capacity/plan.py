@@ -1,11 +1,14 @@
 """The capacity plan: replicas (and GPUs) for a target rate, today and after each technique.
 
-Goodput per replica comes from the simulator (`predict_goodput`) for each scenario; the
-replicas needed for `target_rps` follow from one assumption, stated in every plan: a load
-balancer that spreads Poisson arrivals at random over R identical replicas gives each a
-Poisson stream at target/R (thinning), so R replicas meet the SLO while target/R is at most
-one replica's goodput. GPUs are replicas x the tensor-parallel degree the diagnosis reports
-(config.tensor_parallel_size; Q1 says whether the model needs more than one device).
+Goodput per replica comes from the simulator for each scenario (`capacity.bounded`: never above
+the engine's ceiling, and marked where the model extrapolates beyond the range it was fitted
+on, with the band's low end), or for today with `--active` from the live search (the measured
+goodput, with the model's error at that rate: `capacity.measured`). The replicas needed for
+`target_rps` follow from one assumption, stated in every plan: a load balancer that spreads
+Poisson arrivals at random over R identical replicas gives each a Poisson stream at target/R
+(thinning), so R replicas meet the SLO while target/R is at most one replica's goodput. GPUs
+are replicas x the tensor-parallel degree the diagnosis reports (config.tensor_parallel_size;
+Q1 says whether the model needs more than one device).
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from llm_diagnose.diagnose.capacity.goodput import predict_goodput
+from llm_diagnose.diagnose.capacity.bounded import BoundedGoodput, clip_to_ceiling, predict_bounded
+from llm_diagnose.diagnose.capacity.ceiling import Ceiling, engine_ceiling
+from llm_diagnose.diagnose.capacity.measured import MeasuredGoodput, live_contradiction
 from llm_diagnose.diagnose.capacity.model import StepModel
+from llm_diagnose.diagnose.capacity.regime import model_error_for_widening
 from llm_diagnose.diagnose.capacity.simulate import EngineLimits, SimRequest
 from llm_diagnose.diagnose.capacity.validate import ModelValidation
 from llm_diagnose.diagnose.tree.slo import SLO
-from llm_diagnose.probes.experiments.goodput import RateSearch
 
 __all__ = [
     "Scenario",
@@ -30,16 +35,30 @@ __all__ = [
     "live_contradiction",
     "PREDICTION_RANGE",
     "KV_QUANT_CAPACITY_FACTOR",
+    "MAX_REPLICAS",
+    "beyond_max_replicas",
 ]
 
 PREDICTION_RANGE = (0.01, 2000.0)  # requests/s per replica the offline search covers
 PREDICTION_STEPS = 16  # geometric bisection: the bracket ends within ~1% of each other
 KV_QUANT_CAPACITY_FACTOR = 2.0  # fp8 KV instead of 16-bit: twice the tokens in the same bytes
+# The most replicas a plan counts. Past it the count is said in words ("more than 100,000
+# replicas"): a deployment that size is planned with a bigger replica (more GPUs each), not by
+# multiplying this one, and a target of 1e300 requests/s must not print a count of 300 digits.
+MAX_REPLICAS = 100_000
+
+
+def beyond_max_replicas(target_rps: float, per_replica_rps: float | None) -> bool:
+    """Whether the target needs more than MAX_REPLICAS replicas of this goodput."""
+    if per_replica_rps is None or per_replica_rps <= 0:
+        return False
+    return not target_rps / per_replica_rps <= MAX_REPLICAS  # NaN and inf included
 
 
 def replicas_needed(target_rps: float, per_replica_rps: float | None) -> int | None:
-    """ceil(target / per-replica goodput); None when one replica meets the SLO at no rate in range."""
-    if per_replica_rps is None or per_replica_rps <= 0:
+    """ceil(target / per-replica goodput); None when one replica meets the SLO at no rate in range,
+    or when that is more than MAX_REPLICAS (`beyond_max_replicas` says which)."""
+    if per_replica_rps is None or per_replica_rps <= 0 or beyond_max_replicas(target_rps, per_replica_rps):
         return None
     return max(1, math.ceil(target_rps / per_replica_rps - 1e-9))
 
@@ -49,10 +68,21 @@ class Scenario:
     name: str  # "today", or the technique applied
     technique: str | None
     goodput_rps: float | None  # per replica
-    bound: str  # RateSearch.bound
+    bound: str  # the search's bound (bracketed, at-least, below-range), or "ceiling": clipped to it
     replicas: int | None
     gpus: int | None
     assumption: str
+    # MAX_REPLICAS where the target needs more replicas than that (`replicas` is then None).
+    replicas_more_than: int | None = None
+    source: str = "model"  # "model" (simulated) or "measured" (the live search, --active)
+    ceiling: Ceiling | None = None  # the engine's ceiling for the workload (capacity.ceiling)
+    clipped: bool = False  # the goodput was above the ceiling (the model's, or a short trial's) and is the ceiling
+    extrapolation: tuple[str, ...] = ()  # why the goodput lies beyond the model's fitted range; empty: within it
+    per_seq_note: str | None = None  # the per-sequence cost is not trusted beyond the fitted range, and why
+    goodput_low_rps: float | None = None  # beyond the fitted range: the band's low end
+    goodput_high_rps: float | None = None  # beyond the fitted range: the band's high end (the fitted model's)
+    replicas_at_low: int | None = None  # replicas if the band's low end holds
+    operating_point: dict | None = None  # the regime at the goodput (sequences and tokens in a step, the rate)
 
     def to_dict(self) -> dict:
         return {
@@ -61,71 +91,20 @@ class Scenario:
             "goodput_per_replica_rps": self.goodput_rps,
             "bound": self.bound,
             "replicas": self.replicas,
+            "replicas_more_than": self.replicas_more_than,
             "gpus": self.gpus,
             "assumption": self.assumption,
+            "source": self.source,
+            "ceiling_rps": None if self.ceiling is None or not math.isfinite(self.ceiling.rps) else self.ceiling.rps,
+            "ceiling": None if self.ceiling is None else self.ceiling.describe(),
+            "clipped_to_ceiling": self.clipped,
+            "extrapolation": list(self.extrapolation),
+            "per_sequence_cost_note": self.per_seq_note,
+            "goodput_low_rps": self.goodput_low_rps,
+            "goodput_high_rps": self.goodput_high_rps,
+            "replicas_at_low": self.replicas_at_low,
+            "operating_point": self.operating_point,
         }
-
-
-@dataclass(frozen=True)
-class MeasuredGoodput:
-    """A live search's answer beside the model's, for the same workload and SLO."""
-
-    search: RateSearch
-    predicted: RateSearch | None = None
-    # The span the bracket was centred on the prediction with (prediction / span to x span);
-    # None where it was not (no model before the search, or clipped by --max-rps).
-    centred_span: float | None = None
-
-    def to_dict(self) -> dict:
-        def one(s: RateSearch | None) -> dict | None:
-            if s is None:
-                return None
-            return {
-                "goodput_rps": s.goodput_rps,
-                "broken_at_rps": s.broken_at_rps,
-                "bound": s.bound,
-                "trials": [{"rate_rps": t.rate_rps, "met": t.met, "detail": t.detail} for t in s.trials],
-            }
-
-        return {"measured": one(self.search), "predicted": one(self.predicted)}
-
-
-def live_contradiction(measured: MeasuredGoodput | None) -> str | None:
-    """Why the live search contradicts the model's goodput, in words; None where it does not.
-
-    Where the search's bracket is centred on the model's prediction (prediction / span to x span,
-    unclipped: `MeasuredGoodput.centred_span`), an edge found inside it agrees within the span,
-    whatever its exact ratio, and the two answers stand side by side. The live search contradicts
-    the model only at an end of that bracket: the server met the SLO at the high end itself, or
-    broke it at the low end in a trial the client did not stall in, where the model says
-    otherwise. A search the budget stopped early, a bracket not centred on a prediction (no
-    model before the search, or --max-rps below its high end) contradict nothing.
-    """
-    if measured is None or measured.predicted is None or measured.centred_span is None:
-        return None
-    live, model = measured.search, measured.predicted
-    held_high = live.goodput_rps is not None and math.isclose(live.goodput_rps, live.high_rps)
-    if live.bound == "at-least" and held_high and model.bound != "at-least":
-        model_breaks = model.broken_at_rps if model.broken_at_rps is not None else model.low_rps
-        return (
-            f"the server met the SLO at {live.high_rps:.3g}/s, the search's high end, where the model "
-            f"predicted a goodput of {_rate_words(model)}: the model is at least "
-            f"{live.high_rps / model_breaks:.3g}x too low here"
-        )
-    broke_low = any(t.rate_rps == live.low_rps and t.met is False and not t.client_stalled for t in live.trials)
-    if live.bound == "below-range" and broke_low and model.bound != "below-range" and model.goodput_rps:
-        return (
-            f"the server broke the SLO at {live.low_rps:.3g}/s, the search's low end, where the model "
-            f"predicted a goodput of {_rate_words(model)}: the model is at least "
-            f"{model.goodput_rps / live.low_rps:.3g}x too high here"
-        )
-    return None
-
-
-def _rate_words(s: RateSearch) -> str:
-    if s.goodput_rps is None:
-        return f"below {s.low_rps:.3g}/s"
-    return ("at least " if s.bound == "at-least" else "") + f"{s.goodput_rps:.3g}/s"
 
 
 @dataclass(frozen=True)
@@ -141,6 +120,7 @@ class CapacityPlan:
     validation: ModelValidation | None = None
     measured: MeasuredGoodput | None = None
     notes: tuple[str, ...] = ()
+    error_at_plan: str = ""  # the model's error where today's goodput runs (its regime, or the measured rate)
 
     @property
     def today(self) -> Scenario:
@@ -173,6 +153,7 @@ class CapacityPlan:
                 "source": self.limits.source,
             },
             "model_error": None if self.validation is None else self.validation.to_dict(),
+            "model_error_at_plan": self.error_at_plan,
             "scenarios": [s.to_dict() for s in self.scenarios],
             "measured_goodput": None if self.measured is None else self.measured.to_dict(),
             "assumptions": list(ASSUMPTIONS),
@@ -189,12 +170,83 @@ ASSUMPTIONS = (
 )
 
 
-def _scenario(name: str, technique: str | None, s: RateSearch, target: float, tp: int, assumption: str) -> Scenario:
-    reps = replicas_needed(target, s.goodput_rps)
-    note = assumption
-    if s.bound == "at-least" and reps is not None:
-        note += f"; one replica met the SLO even at {s.goodput_rps:g}/s, so {reps} is an upper bound"
-    return Scenario(name, technique, s.goodput_rps, s.bound, reps, None if reps is None else reps * tp, note)
+def _counted(
+    name: str,
+    technique: str | None,
+    goodput: float | None,
+    bound: str,
+    target: float,
+    tp: int,
+    note: str,
+    **extra,
+) -> Scenario:
+    """The scenario with its replica count (or, past MAX_REPLICAS, the count in words)."""
+    reps = replicas_needed(target, goodput)
+    if bound == "at-least" and reps is not None:
+        note += f"; one replica met the SLO even at {goodput:g}/s, so {reps} is an upper bound"
+    if beyond_max_replicas(target, goodput):
+        note += (
+            f"; the target needs more than {MAX_REPLICAS:,} replicas of {goodput:.3g}/s each "
+            f"(MAX_REPLICAS): not counted; plan with a larger replica or a lower target"
+        )
+        return Scenario(name, technique, goodput, bound, None, None, note, replicas_more_than=MAX_REPLICAS, **extra)
+    return Scenario(name, technique, goodput, bound, reps, None if reps is None else reps * tp, note, **extra)
+
+
+def _ceiling_words(ceiling: Ceiling) -> str:
+    return (
+        f"the engine's ceiling for this workload is {ceiling.describe()}: a trial of a few dozen requests can meet "
+        "the SLO at any rate at which they fit in one batch, a sustained rate cannot pass the ceiling"
+    )
+
+
+def _modelled(name: str, technique: str | None, g: BoundedGoodput, target: float, tp: int, note: str) -> Scenario:
+    """A scenario from the model: bounded by the ceiling, and marked where it extrapolates."""
+    extra: dict = {"source": "model", "ceiling": g.ceiling, "clipped": g.clipped}
+    if g.clipped:
+        note += "; the fitted model met the SLO at the ceiling, so its goodput is the ceiling ("
+        note += _ceiling_words(g.ceiling) + ")"
+    regime = g.regime
+    if regime is not None:
+        extra["operating_point"] = regime.point.to_dict()
+    if regime is not None and regime.extrapolated:
+        low = "below the search's low end" if g.low_rps is None else f"{g.low_rps:.3g}/s"
+        high = "none in range" if g.central_rps is None else f"{g.central_rps:.3g}/s"
+        note += (
+            f"; extrapolation: at the fitted model's goodput the simulation runs {'; '.join(regime.beyond)}: "
+            f"the goodput lies between {low} (the per-sequence step cost raised by what the fit could hide) and "
+            f"{high} (the fitted model)"
+            + (
+                ", and the plan takes the low end: the fitted per-sequence cost is not trusted there"
+                if g.trusts_low_end
+                else ""
+            )
+        )
+        extra.update(
+            extrapolation=regime.beyond,
+            per_seq_note=regime.per_seq_note,
+            goodput_low_rps=g.low_rps,
+            goodput_high_rps=g.central_rps,
+            replicas_at_low=replicas_needed(target, g.low_rps),
+        )
+    return _counted(name, technique, g.goodput_rps, g.bound, target, tp, note, **extra)
+
+
+def _measured(m: MeasuredGoodput, ceiling: Ceiling, target: float, tp: int, note: str) -> Scenario:
+    """Today from the live search: the measured goodput, never above the engine's ceiling."""
+    goodput, clipped = clip_to_ceiling(m.search.goodput_rps, ceiling)
+    note += (
+        f"; measured live: {len(m.search.trials)} trials of the workload's first {m.requests} requests"
+        + (f", from {m.start_source}" if m.start_source else "")
+        + f"; {m.error_words()}"
+    )
+    if clipped:
+        note += "; the server met the SLO above the ceiling in a short trial, so the goodput is the ceiling ("
+        note += _ceiling_words(ceiling) + ")"
+    bound = "ceiling" if clipped else m.search.bound
+    return _counted(
+        "today", None, goodput, bound, target, tp, note, source="measured", ceiling=ceiling, clipped=clipped
+    )
 
 
 def with_reuse(items: Sequence[SimRequest], reuse_fraction: float, block_size: int) -> list[SimRequest]:
@@ -235,33 +287,40 @@ def plan_capacity(
             "a capacity plan needs a latency objective (--slo ttft:p99:2s, ...): goodput is the "
             "highest rate at which it holds"
         )
-    if not target_rps > 0:
-        raise ValueError("the target rate must be positive")
+    if not (target_rps > 0 and math.isfinite(target_rps)):
+        raise ValueError("the target rate must be a positive finite number of requests per second")
     lo, hi = PREDICTION_RANGE
+    error = model_error_for_widening(None if validation is None else validation.median_abs_error())
 
-    def predict(its: Sequence[SimRequest], lim: EngineLimits) -> RateSearch:
-        prediction = predict_goodput(its, model, lim, slo, low_rps=lo, high_rps=hi, steps=PREDICTION_STEPS, seed=seed)
-        return prediction.search
+    def predict(its: Sequence[SimRequest], lim: EngineLimits) -> BoundedGoodput:
+        return predict_bounded(
+            its, model, lim, slo, error=error, low_rps=lo, high_rps=hi, steps=PREDICTION_STEPS, seed=seed
+        )
 
     keys = any(it.blocks for it in items)
     today_note = (
         f"the server as configured ({limits.source}); prefix caching {'on' if limits.prefix_caching else 'off'}"
     )
     extra_notes = list(notes)
-    contradicted = live_contradiction(measured)
-    if measured is not None and contradicted is not None:
-        # The live answer replaces the model's; projections by the same model are withheld.
-        sent = max((t.requests for t in measured.search.trials), default=0)
-        today_note += f"; measured live on {sent} requests of the workload, not modelled ({contradicted})"
-        scenarios = [_scenario("today", None, measured.search, target_rps, tensor_parallel, today_note)]
-        extra_notes.append(
-            f"the live search contradicts the model: {contradicted}. Today's goodput is the measured one; "
-            "no technique is projected with this model. To settle it, record the requests the model is "
-            "fitted on from the same warm server under the same host load as the search, and plan again"
-        )
-        techniques = ()
+    error_at_plan = ""
+    if measured is not None:
+        today = _measured(measured, engine_ceiling(items, model, limits), target_rps, tensor_parallel, today_note)
+        contradicted = live_contradiction(measured)
+        if contradicted is not None:
+            extra_notes.append(
+                f"the live search contradicts the model: {contradicted}. Today's goodput is the measured one; "
+                "no technique is projected with this model, which does not reproduce the trials it was fitted "
+                "on. To settle it, measure again on a warm server under a steady host load (a stall in one "
+                "trial moves the fit), and plan again"
+            )
+            techniques = ()
+        error_at_plan = measured.error_words()
     else:
-        scenarios = [_scenario("today", None, predict(items, limits), target_rps, tensor_parallel, today_note)]
+        bounded = predict(items, limits)
+        today = _modelled("today", None, bounded, target_rps, tensor_parallel, today_note)
+        if validation is not None and bounded.regime is not None:
+            error_at_plan = f"model error {validation.describe_at(bounded.regime.point.sequences)}"
+    scenarios = [today]
     for technique in dict.fromkeys(techniques):
         if technique == "prefix-caching":
             if limits.prefix_caching:
@@ -283,7 +342,7 @@ def plan_capacity(
                 )
                 continue
             scenarios.append(
-                _scenario(
+                _modelled(
                     "prefix-caching",
                     technique,
                     predict(its, on),
@@ -298,7 +357,7 @@ def plan_capacity(
                 continue
             more = replace(limits, kv_capacity_tokens=int(limits.kv_capacity_tokens * KV_QUANT_CAPACITY_FACTOR))
             scenarios.append(
-                _scenario(
+                _modelled(
                     "kv-quantization",
                     technique,
                     predict(items, more),
@@ -323,4 +382,5 @@ def plan_capacity(
         validation,
         measured,
         tuple(extra_notes),
+        error_at_plan,
     )

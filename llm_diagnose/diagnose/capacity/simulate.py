@@ -79,6 +79,9 @@ class SimResult:
     steps: int
     preemptions: int
     unfinished: int  # still queued or running when MAX_STEPS ran out
+    # The regime the run reached (capacity.regime compares it with the range the model was fitted on).
+    max_running: int = 0  # the most sequences in one step
+    max_step_tokens: int = 0  # the most tokens (decodes + prefill) in one step
 
     def values(self) -> dict[str, list[float]]:
         """Latencies by SLO metric; an unfinished request counts as infinitely late."""
@@ -125,6 +128,7 @@ def simulate(requests: Sequence[SimRequest], model: StepModel, limits: EngineLim
     cache: OrderedDict[object, None] = OrderedDict()  # prefix blocks kept after their request ended
     used = 0  # KV blocks held by running sequences
     t, steps, preemptions = 0.0, 0, 0
+    max_running = max_step_tokens = 0
 
     def cached_tokens(s: _Seq) -> int:
         r = s.req
@@ -213,6 +217,8 @@ def simulate(requests: Sequence[SimRequest], model: StepModel, limits: EngineLim
             break  # a request larger than the whole cache: it can never run
         t += model.step_s(len(decoders) + len(chunks), prefill)
         steps += 1
+        max_running = max(max_running, len(decoders) + len(chunks))
+        max_step_tokens = max(max_step_tokens, len(decoders) + prefill)
         done: list[_Seq] = []
         for s, n in chunks:
             s.computed += n
@@ -235,7 +241,7 @@ def simulate(requests: Sequence[SimRequest], model: StepModel, limits: EngineLim
             if limits.prefix_caching and capacity is not None and free_blocks() < 0:
                 evict(-free_blocks())
     unfinished = len(pending) + len(waiting) + len(running)
-    return SimResult(tuple(outcomes), steps, preemptions, unfinished)
+    return SimResult(tuple(outcomes), steps, preemptions, unfinished, max_running, max_step_tokens)
 
 
 def _emit(s: _Seq, t: float) -> None:

@@ -1,14 +1,17 @@
 """Goodput against the live server: the highest request rate at which a latency objective holds.
 
-A bounded bisection over the arrival rate. Each trial sends the same workload shape at one
-Poisson rate (seeded: the arrival times of every trial are the same unit-rate draws scaled
-by 1/rate, so trials differ in rate only), waits for it to drain, and asks `judge(records)`
-whether the objective held. The first two trials are the ends of the range (a broken low
-end or a met high end ends the search: goodput is out of range); then each trial halves the
-bracket on a geometric scale. A low end that breaks is tried once more before it ends the
-search, and a rate counts as held if any of its trials held: a host stall only ever slows a
-trial down, and one stall (on a shared 2-core machine, a trial at a tenth of the predicted
-goodput broke once and held at the next try) must not end a search with no answer. Likewise,
+`run_goodput_search` runs a search's trials: `RampSearch` (llm_diagnose.probes.experiments.ramp,
+what `plan --active` runs: up from a rate the server meets until the objective breaks, then
+bisection) or `RateSearch` here (a bounded bisection over a fixed range). Each trial sends the
+same workload shape at one Poisson rate (seeded: the arrival times of every trial are the same
+unit-rate draws scaled by 1/rate, so trials differ in rate only), waits for it to drain, and
+asks `judge(records)` whether the objective held. In `RateSearch` the first two trials are the
+ends of the range (a broken low end or a met high end ends the search: goodput is out of range);
+then each trial halves the bracket on a geometric scale. A low end (a ramp's start) that
+breaks is tried once more before the search gives up on it, and a rate counts as held if any of
+its trials held: a host stall only ever slows a trial down, and one stall (on a shared 2-core
+machine, a trial at a tenth of the predicted goodput broke once and held at the next try) must
+not end a search with no answer. Likewise,
 once per search, a trial at any other rate that broke while the client's own event loop stalled
 (`ClientHealth.stall`: the client, not the server, may have been the slow side) is tried again
 where the budget has room for a whole trial; where it has not, the search says so. The plan
@@ -17,8 +20,10 @@ says what it will send before anything is sent, and every send passes the run's 
 The judge is a plain callable, so this module knows nothing of how objectives are declared
 (probes never import diagnose): `llm_diagnose.diagnose.capacity` builds it from an SLO.
 
-`RateSearch` is the bisection alone, with no I/O, so the offline prediction walks exactly the
-same rates as the live search and the two can be set side by side.
+`RateSearch` and `RampSearch` are the searches alone, with no I/O, so the offline prediction
+walks exactly the same rates by the same rule as the live search and the two can be set side by
+side. A trial starts only where the budget has room for the whole of it (its requests, and the
+time it may take); where it has not, the search stops and says so.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import asyncio
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from llm_diagnose.probes.load.budget import ActiveBudget
 from llm_diagnose.probes.load.health import HealthWindow, TargetHost
@@ -38,10 +44,15 @@ __all__ = [
     "GoodputPlan",
     "RateSearch",
     "Trial",
+    "TrialJudgement",
+    "LiveSearch",
+    "SearchPlan",
     "GoodputSearch",
     "plan_goodput",
     "run_goodput_search",
     "SETUP_RESERVE_S",
+    "DRAIN_FACTOR",
+    "MIN_TRIAL_REQUESTS",
 ]
 
 SETUP_RESERVE_S = 2.0
@@ -77,6 +88,13 @@ class GoodputPlan:
 
     def trial_cap_s(self, rate: float) -> float:
         return self.requests / rate * DRAIN_FACTOR + self.drain_s
+
+    @property
+    def longest_trial_s(self) -> float:
+        return self.trial_cap_s(self.low_rps)
+
+    def new_search(self) -> RateSearch:
+        return RateSearch(self.low_rps, self.high_rps, self.steps, retry_broken_low=True, retry_stalled=1)
 
     @property
     def duration_bound_s(self) -> float:
@@ -144,8 +162,71 @@ class Trial:
     client_stalled: bool = False  # the client's event loop stalled during the trial (ClientHealth.stall)
 
 
+class TrialJudgement:
+    """What the trials of a search say, whatever rule chose their rates: the goodput (the highest
+    rate that held below the lowest that broke), and which broken trial is tried again.
+
+    A subclass has `trials`, `retry_broken_low`, `retry_stalled` and `first_rate` (the rate
+    whose break is retried by its own rule, not the stall rule).
+    """
+
+    trials: list[Trial]
+    retry_broken_low: bool
+    retry_stalled: int
+
+    @property
+    def first_rate(self) -> float:
+        raise NotImplementedError
+
+    def record(self, trial: Trial) -> None:
+        self.trials.append(trial)
+
+    def stalled_retry(self) -> float | None:
+        """The last rate again, where its one trial broke while the client stalled and a retry is left."""
+        if not self.trials:
+            return None
+        last, tried = self.trials[-1], [t.rate_rps for t in self.trials]
+        if last.met or not last.client_stalled or tried.count(last.rate_rps) > 1:
+            return None
+        if self.retry_broken_low and last.rate_rps == self.first_rate:
+            return None  # the first rate's own retry covers it
+        return last.rate_rps if self.stall_retries_used() < self.retry_stalled else None
+
+    def stall_retries_used(self) -> int:
+        """Rates tried twice other than a first rate retried by its own rule."""
+        tried = [t.rate_rps for t in self.trials]
+        return sum(1 for r in set(tried) if tried.count(r) > 1 and not (self.retry_broken_low and r == self.first_rate))
+
+    def _held(self) -> dict[float, bool]:
+        """Per rate tried: whether any of its trials met the objective."""
+        held: dict[float, bool] = {}
+        for t in self.trials:
+            held[t.rate_rps] = held.get(t.rate_rps, False) or bool(t.met)
+        return held
+
+    @property
+    def goodput_rps(self) -> float | None:
+        """The highest rate that met the objective below the lowest that broke it; None: none met."""
+        broken = self.broken_at_rps
+        met = [r for r, ok in self._held().items() if ok and (broken is None or r < broken)]
+        return max(met) if met else None
+
+    @property
+    def broken_at_rps(self) -> float | None:
+        """The lowest rate at which no trial met the objective (an unjudgeable trial counts as broken)."""
+        broken = [r for r, ok in self._held().items() if not ok]
+        return min(broken) if broken else None
+
+    @property
+    def bound(self) -> str:
+        """'bracketed' (between goodput and broken_at), 'at-least' (no rate tried broke), 'below-range'."""
+        if self.goodput_rps is None:
+            return "below-range"
+        return "at-least" if self.broken_at_rps is None else "bracketed"
+
+
 @dataclass
-class RateSearch:
+class RateSearch(TrialJudgement):
     """Bisection over rates, assuming the objective holds below some rate and breaks above it."""
 
     low_rps: float
@@ -171,51 +252,9 @@ class RateSearch:
             return None
         return math.sqrt(met * broken)
 
-    def stalled_retry(self) -> float | None:
-        """The last rate again, where its one trial broke while the client stalled and a retry is left."""
-        if not self.trials:
-            return None
-        last, tried = self.trials[-1], [t.rate_rps for t in self.trials]
-        if last.met or not last.client_stalled or tried.count(last.rate_rps) > 1:
-            return None
-        if self.retry_broken_low and last.rate_rps == self.low_rps:
-            return None  # the low end's own retry covers it
-        return last.rate_rps if self.stall_retries_used() < self.retry_stalled else None
-
-    def stall_retries_used(self) -> int:
-        """Rates tried twice other than a low end retried by its own rule."""
-        tried = [t.rate_rps for t in self.trials]
-        return sum(1 for r in set(tried) if tried.count(r) > 1 and not (self.retry_broken_low and r == self.low_rps))
-
-    def record(self, trial: Trial) -> None:
-        self.trials.append(trial)
-
-    def _held(self) -> dict[float, bool]:
-        """Per rate tried: whether any of its trials met the objective."""
-        held: dict[float, bool] = {}
-        for t in self.trials:
-            held[t.rate_rps] = held.get(t.rate_rps, False) or bool(t.met)
-        return held
-
     @property
-    def goodput_rps(self) -> float | None:
-        """The highest rate that met the objective below the lowest that broke it; None: none met."""
-        broken = self.broken_at_rps
-        met = [r for r, ok in self._held().items() if ok and (broken is None or r < broken)]
-        return max(met) if met else None
-
-    @property
-    def broken_at_rps(self) -> float | None:
-        """The lowest rate at which no trial met the objective (an unjudgeable trial counts as broken)."""
-        broken = [r for r, ok in self._held().items() if not ok]
-        return min(broken) if broken else None
-
-    @property
-    def bound(self) -> str:
-        """'bracketed' (between goodput and broken_at), 'at-least' (the high end held), 'below-range'."""
-        if self.goodput_rps is None:
-            return "below-range"
-        return "at-least" if self.broken_at_rps is None else "bracketed"
+    def first_rate(self) -> float:
+        return self.low_rps
 
     def describe(self) -> str:
         if self.bound == "below-range":
@@ -225,12 +264,43 @@ class RateSearch:
         return f"{self.goodput_rps:.3g} requests/s (held there; broke at {self.broken_at_rps:.3g})"
 
 
+class LiveSearch(Protocol):
+    """A search `run_goodput_search` can run: a rule for the next rate and the trials' judgement."""
+
+    trials: list[Trial]
+    retry_stalled: int
+
+    @property
+    def goodput_rps(self) -> float | None: ...
+    @property
+    def broken_at_rps(self) -> float | None: ...
+    @property
+    def bound(self) -> str: ...
+    def next_rate(self) -> float | None: ...
+    def stalled_retry(self) -> float | None: ...
+    def stall_retries_used(self) -> int: ...
+    def record(self, trial: Trial) -> None: ...
+
+
+class SearchPlan(Protocol):
+    """What a live search will send: GoodputPlan here, RampPlan (experiments.ramp)."""
+
+    @property
+    def requests(self) -> int: ...
+    @property
+    def max_trials(self) -> int: ...
+    @property
+    def longest_trial_s(self) -> float: ...
+    def trial_cap_s(self, rate: float) -> float: ...
+    def new_search(self) -> LiveSearch: ...
+
+
 @dataclass(frozen=True)
 class GoodputSearch:
     """The live search's outcome: the search, every record, and what was not sent."""
 
-    plan: GoodputPlan
-    search: RateSearch
+    plan: SearchPlan
+    search: LiveSearch
     records: tuple[RequestRecord, ...]
     notes: tuple[str, ...] = ()
 
@@ -239,11 +309,11 @@ Judge = Callable[[Sequence[RequestRecord]], "tuple[bool | None, str]"]
 
 
 async def run_goodput_search(
-    driver: Driver, plan: GoodputPlan, make_workload: Callable[[float, int], Workload], judge: Judge
+    driver: Driver, plan: SearchPlan, make_workload: Callable[[float, int], Workload], judge: Judge
 ) -> GoodputSearch:
     """Run the planned search. `make_workload(rate, trial)` gives one trial's requests (its
     pacing must be PoissonArrivals(rate, plan.seed)); `judge(records)` says (met, why)."""
-    search = RateSearch(plan.low_rps, plan.high_rps, plan.steps, retry_broken_low=True, retry_stalled=1)
+    search = plan.new_search()
     host = TargetHost.of(driver.client.base_url)
     notes: list[str] = []
     records: list[RequestRecord] = []
@@ -257,7 +327,7 @@ async def run_goodput_search(
             # The retry is beyond the plan: it must leave the trials the plan still holds their budget.
             left = plan.max_trials - (len(search.trials) - search.stall_retries_used())
             need_requests = plan.requests * (1 + left)
-            need_s = plan.trial_cap_s(rate) + left * plan.trial_cap_s(plan.low_rps)
+            need_s = plan.trial_cap_s(rate) + left * plan.longest_trial_s
             guard = driver.guard
             if guard.remaining_requests < need_requests or guard.remaining_s < need_s:
                 notes.append(
@@ -267,10 +337,19 @@ async def run_goodput_search(
                 )
                 search.retry_stalled = 0
                 continue
+        guard = driver.guard
+        if guard.remaining_requests < plan.requests or guard.remaining_s < plan.trial_cap_s(rate):
+            # A trial cut by the budget would read as the server breaking the objective.
+            notes.append(
+                f"the search stopped before a trial at {rate:.3g}/s: the budget has {guard.remaining_requests} "
+                f"requests and {guard.remaining_s:.0f} s left, and the trial takes {plan.requests} requests and up "
+                f"to {plan.trial_cap_s(rate):.0f} s"
+            )
+            break
         workload = make_workload(rate, trial)
         specs = workload.specs[: plan.requests]
         workload = Workload(workload.name, specs, workload.pacing, workload.description)
-        cap = min(plan.trial_cap_s(rate), driver.guard.remaining_s)
+        cap = plan.trial_cap_s(rate)
         async with HealthWindow(driver.client.counters, host) as window:
             task = driver.start_coroutine(driver.run(workload))
             done, _ = await asyncio.wait({task}, timeout=cap)
