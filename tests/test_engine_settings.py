@@ -143,6 +143,10 @@ def test_every_vllm_setting_parses_with_the_installed_vllm(tid, setting, vllm_se
 # (EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, plus DFLASH/DSPARK there). Value: None = a switch,
 # a type = its value's type, a tuple = its choices.
 SGLANG_FLAGS = {
+    # CUDA graphs: the "CUDA graph" section of the same page (ServerArgs.disable_cuda_graph,
+    # ServerArgs.cuda_graph_max_bs; NVIDIA NeMo RL's SglangSpecificArgs maps the same two fields).
+    "--disable-cuda-graph": None,
+    "--cuda-graph-max-bs": int,
     "--model-path": str,
     "--host": str,
     "--port": int,

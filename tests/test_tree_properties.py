@@ -81,6 +81,15 @@ def test_headline_names_a_finding_of_its_own_kind(ev):
             status[d.headline_subject] == "on-unverified"
             and d.answer(d.recommendation(d.headline_subject).question).answer == "yes"
         )
+    elif d.headline_kind == "investigate":
+        # A problem a question found that no technique fixes (Q5: overhead above the step, growth with
+        # concurrency): the subject is that question, and nothing a technique fixes outranked it.
+        assert d.headline_subject in QUESTIONS and d.answer(d.headline_subject).answer != "unknown"
+        assert "recommended" not in status.values() or all(
+            d.answer(r.question).confidence <= dict(d.thresholds)["confidence.headline_min"]
+            for r in d.recommendations
+            if r.status == "recommended"
+        )
     else:
         # Only a recommendation whose deciding answer is too doubtful (<= confidence.headline_min) may go unheadlined.
         least = dict(d.thresholds)["confidence.headline_min"]

@@ -91,7 +91,29 @@ REC_CASES = [
     ({"config.paged_kv": True}, "paged-attention", "in-place"),
     ({"kv.waste_fraction": 0.6, "config.paged_kv": True}, "paged-attention", "not-working"),
     # Q5
-    ({"decode.itl_p50_s": 0.09, "config.spec_decode": False}, "speculative-decoding", "recommended"),
+    # Slow tokens: speculative decoding where the served gap is close to the hardware's step; without the
+    # step it cannot tell the step from overhead above it (issue 25): unknown, with what would settle it.
+    (
+        {
+            "decode.itl_p50_s": 0.09,
+            "batch.running_mean": 1.0,
+            "decode.roofline_floor_b1_s": 0.07,
+            "config.spec_decode": False,
+        },
+        "speculative-decoding",
+        "recommended",
+    ),
+    ({"decode.itl_p50_s": 0.09, "config.spec_decode": False}, "speculative-decoding", "unknown"),
+    (
+        {
+            "decode.itl_p50_s": 0.09,
+            "batch.running_mean": 1.0,
+            "decode.roofline_floor_b1_s": 0.01,
+            "config.spec_decode": False,
+        },
+        "speculative-decoding",
+        "not-indicated",
+    ),
     (
         {"decode.itl_p50_s": 0.09, "config.spec_decode": True, "spec.acceptance_rate": 0.8},
         "speculative-decoding",
@@ -222,7 +244,12 @@ REC_CASES = [
     ({"engine.name": "vllm", "engine.version": "0.6.3"}, "chunked-prefill", "unknown"),  # V0: no default
     # slow tokens: three causes, speculative decoding fixes one
     (
-        {"decode.itl_p50_s": 0.09, "batch.running_mean": 4, "config.spec_decode": False},
+        {
+            "decode.itl_p50_s": 0.09,
+            "batch.running_mean": 4,
+            "decode.roofline_floor_b4_s": 0.07,  # close to the step (issue 25)
+            "config.spec_decode": False,
+        },
         "speculative-decoding",
         "recommended",
     ),
@@ -247,6 +274,7 @@ REC_CASES = [
             "decode.itl_p50_s": 0.09,
             "batch.running_mean": 200,
             "decode.bound_b256": "memory",
+            "decode.roofline_floor_b256_s": 0.07,
             "config.spec_decode": False,
         },
         "speculative-decoding",

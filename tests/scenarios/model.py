@@ -32,6 +32,7 @@ class Scenario:
     pitfalls: Mapping[str, bool | None] = field(default_factory=dict)  # pitfall -> detected
     sanity_keys: tuple[str, ...] = ()  # evidence keys the diagnosis must flag as impossible
     not_flagged: tuple[str, ...] = ()  # sound evidence keys the diagnosis must NOT flag (e.g. weights_fraction 1.6)
+    path: Mapping[str, str] = field(default_factory=dict)  # path node -> outcome ("yes" / "no" / "unknown")
     slo: SLO | None = None
     classes: tuple[str, ...] = ()  # issue-13 classes covered: "fit", "unknown", "slow-tokens", ...
     known_wrong: str = ""  # why llm-diagnose still gets this case wrong (the test expects it to fail until fixed)
@@ -48,6 +49,7 @@ class Scenario:
             + len(self.pitfalls)
             + len(self.sanity_keys)
             + len(self.not_flagged)
+            + len(self.path)
         )
 
     def evidence_object(self) -> Evidence:
@@ -94,4 +96,8 @@ def check(s: Scenario, d: Diagnosis) -> list[str]:
     for key in s.not_flagged:
         if key in flagged:
             wrong.append(f"sanity: {key} flagged, but its value is possible")
+    steps = {step.node: step.outcome for step in d.path}
+    for node, outcome in s.path.items():
+        if steps.get(node) != outcome:
+            wrong.append(f"path {node}: expected {outcome}, got {steps.get(node, 'absent')}")
     return wrong

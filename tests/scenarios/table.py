@@ -29,6 +29,7 @@ def _expected(s: Scenario) -> str:
     parts += [f"{q} confidence <= {c}" for q, c in s.max_confidence.items()]
     parts += [f"flags {k}" for k in s.sanity_keys]
     parts += [f"does not flag {k}" for k in s.not_flagged]
+    parts += [f"path {n} {o}" for n, o in s.path.items()]
     return "; ".join(parts) or s.verdict
 
 

@@ -34,6 +34,8 @@ class Branches:
         self.pitfalls = pitfalls
         self.recs: list[Recommendation] = []
         self.steps: list[Step] = []
+        # (question, line): a problem found that no technique of the catalogue fixes (the headline's `investigate`)
+        self.findings: list[tuple[str, str]] = []
 
     def reading(self) -> Reading:
         return Reading(self.ev, self.th)
@@ -52,7 +54,9 @@ class Branches:
         """True, False, or None when the pitfall could not be checked: unknown stays unknown."""
         return self.pitfalls[pitfall].detected
 
-    def add(self, technique: str, status: Status, question: str, reason: str) -> None:
+    def add(self, technique: str, status: Status, question: str, reason: str, confidence: float | None = None) -> None:
+        """A technique's status. Its confidence is the deciding answer's, unless the finding rests on
+        a basis of its own (`confidence`: a verdict from the configuration where the answer is open)."""
         t = CATALOGUE[technique]
         self.recs.append(
             Recommendation(
@@ -62,7 +66,7 @@ class Branches:
                 reason=reason,
                 settings=t.settings,
                 expect=t.expect,
-                confidence=self.answers[question].confidence,
+                confidence=self.answers[question].confidence if confidence is None else round(confidence, 3),
             )
         )
 

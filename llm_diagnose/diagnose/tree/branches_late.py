@@ -1,8 +1,6 @@
-"""The branches of Q5 (slow tokens), Q6 (prefill/decode contention), KV offload and offline batch.
+"""The branches of Q6 (prefill/decode contention), KV offload and offline batch (Q5's is in
+llm_diagnose.diagnose.tree.q5_decode_latency).
 
-Slow tokens have three causes and speculative decoding fixes one: decode memory-bound at a
-small batch (it helps), compute-bound at a large batch (it hurts: fewer sequences per step or
-more devices, see scale-out), and a slow tail from prefills stalling decode (that is Q6).
 Q6 knows the scale: when stalls survive chunked prefill, tune the chunk first, and separate
 prefill and decode only past q6.disagg_min_devices and q6.disagg_min_prompt_ratio.
 """
@@ -11,129 +9,11 @@ from __future__ import annotations
 
 from llm_diagnose.diagnose.tree.branch import Branches, needed
 from llm_diagnose.diagnose.tree.diagnosis import Status
+from llm_diagnose.diagnose.tree.disagg import disagg_scale
 from llm_diagnose.diagnose.tree.questions import slo_stalls_note
-from llm_diagnose.diagnose.tree.signals import devices
-from llm_diagnose.diagnose.tree.speculative import decode_regime
 from llm_diagnose.probes import quantities as Q
 
-__all__ = ["q5", "q6", "kv", "ob"]
-
-
-def _prefill_stalls(b: Branches) -> bool:
-    """The slow part is the tail, while Q6 (measured, not passive) finds prefills stalling decode."""
-    q6 = b.answers["Q6"]
-    p50 = b.num(Q.ITL_P50)
-    median_ok = p50 is not None and p50 <= b.th["q5.max_itl_p50_s"]
-    return q6.answer == "yes" and q6.verdict not in ("passive",) and median_ok
-
-
-def q5(b: Branches) -> None:
-    a = b.answers["Q5"]
-    spec, how = b.on(Q.SPEC_DECODE)
-    b.step("Q5.spec-decode-on", spec)
-    low = b.detected("spec-decode-low-acceptance")
-    pit = b.pitfalls["spec-decode-low-acceptance"]
-    regime, regime_why = decode_regime(b.reading())
-    b.step("Q5.decode-memory-bound", None if regime is None else regime == "memory", regime_why)
-    if spec:
-        b.step("Q5.drafts-pay", None if low is None else not low, pit.explanation)
-        side_by_side = b.num(Q.SPEC_ITL_SPEEDUP) is not None
-        if low:
-            b.add("speculative-decoding", "not-working", "Q5", pit.explanation)
-        elif low is None:
-            counted = b.num(Q.SPEC_ACCEPTANCE_LENGTH) is not None or b.num(Q.SPEC_ACCEPTANCE_RATE) is not None
-            b.add(
-                "speculative-decoding",
-                "on-unverified",
-                "Q5",
-                f"on, but whether its drafts pay is not settled: {pit.explanation}"
-                if counted
-                else "on, but whether its drafts pay was not measured: scrape its acceptance counters over a loaded "
-                "window (vLLM spec_decode_*, SGLang spec_accept_length) or measure ITL with it off",
-            )
-        elif regime == "compute" and not side_by_side:
-            b.add(
-                "speculative-decoding",
-                "on-unverified",
-                "Q5",
-                f"drafts are accepted ({pit.explanation}), but {regime_why}, where drafts compete for compute: "
-                "measure ITL with it off (spec.itl_speedup)",
-            )
-        else:
-            b.add("speculative-decoding", "in-place", "Q5", f"on and working: {pit.explanation}")
-        return
-    need = needed(a, "yes")
-    if need and _prefill_stalls(b):
-        b.step("Q5.tail-from-prefills", True, b.answers["Q6"].rationale)
-        b.add(
-            "speculative-decoding",
-            "not-indicated",
-            "Q5",
-            f"{a.rationale}; the median is fine and the slow tail comes from prefills stalling decode (Q6): "
-            "chunked prefill fixes that, speculative decoding does not",
-        )
-        return
-    q1 = b.answers["Q1"]
-    if need and q1.verdict == "overloaded":
-        # Tokens are slow because the server is over capacity (KV full, queueing, preemptions);
-        # drafts take KV slots and verify compute of their own, so they would add to the pressure
-        # (vLLM's docs scope speculative decoding to medium-to-low QPS, memory-bound serving).
-        b.step("Q5.slow-from-overload", True, q1.rationale)
-        b.add(
-            "speculative-decoding",
-            "not-indicated",
-            "Q5",
-            f"{a.rationale}; the server is overloaded ({q1.rationale}): drafts would take KV slots and compute "
-            "from a full server; add capacity first (see scale-out)",
-        )
-        return
-    if need and regime == "compute":
-        b.add(
-            "speculative-decoding",
-            "not-indicated",
-            "Q5",
-            f"{a.rationale}; {regime_why}: drafts would compete for compute and slow decode further: run fewer "
-            "sequences per step or add devices (see scale-out)",
-        )
-        return
-    caveat = "" if regime else " (the running batch was not measured: at a large batch it would hurt)"
-    why = (
-        f"{a.rationale}; {regime_why}: try speculative decoding{caveat}, and keep it only if each verify step "
-        "yields more tokens than the drafts cost"
-    )
-    b.by_state("speculative-decoding", "Q5", spec, need, why=why, default_why=how)
-
-
-def _disagg_scale(b: Branches) -> tuple[bool | None, str]:
-    """Whether the deployment is large enough, with enough prefill, for separate pools."""
-    r = b.reading()
-    n_dev, _ = devices(r)
-    count = r.num(Q.DEVICE_COUNT)
-    n = max(v for v in (n_dev, count, 0.0) if v is not None)
-    prompt_rate, gen_rate = r.num(Q.PROMPT_TOKENS_PER_S), r.num(Q.GEN_TOKENS_PER_S)
-    ratio: float | None
-    if prompt_rate is not None and gen_rate:
-        ratio, what = prompt_rate / gen_rate, "prompt:output tokens per second"
-    else:
-        isl, osl = r.num(Q.INPUT_LEN_P50), r.num(Q.OUTPUT_LEN_P50)
-        ratio, what = (isl / osl, "median prompt:output length") if isl is not None and osl else (None, "")
-    min_dev, min_ratio = b.th["q6.disagg_min_devices"], b.th["q6.disagg_min_prompt_ratio"]
-    seen = []
-    if n:
-        seen.append(f"{n:.0f} devices")
-    if ratio is not None:
-        seen.append(f"{what} {ratio:.1f}:1")
-    below = (
-        f"below {min_dev:.0f} devices and a {min_ratio:.0f}:1 prompt:output load, separate prefill and decode "
-        f"pools cost more in KV transfer and routing than they save"
-    )
-    if (n and n < min_dev) or (ratio is not None and ratio < min_ratio):
-        return False, f"{below} (seen: {', '.join(seen)})"
-    if not n or ratio is None:
-        return None, f"{below}; the deployment's size or prefill load was not measured" + (
-            f" (seen: {', '.join(seen)})" if seen else ""
-        )
-    return True, f"{', '.join(seen)}: large enough, and prefill-heavy enough, for separate pools"
+__all__ = ["q6", "kv", "ob"]
 
 
 def q6(b: Branches) -> None:
@@ -190,10 +70,12 @@ def q6(b: Branches) -> None:
             None: "on, but the KV transfer time was not measured: read the connector's metrics (NIXL: "
             "nixl_xfer_time_seconds) against time to first token",
         }[overhead]
-        b.add("pd-disaggregation", status[overhead], "Q6", reason)
+        # Judged from the deployment's shape (no transfer time): a configuration verdict, whatever Q6 says.
+        shape = overhead is True and b.num(Q.KV_TRANSFER_TTFT_SHARE) is None
+        b.add("pd-disaggregation", status[overhead], "Q6", reason, b.th["confidence.config"] if shape else None)
         return
     if survives:
-        scale, why = _disagg_scale(b)
+        scale, why = disagg_scale(b.reading())
         b.step("Q6.scale-for-disaggregation", scale, why)
         if scale:
             b.add(

@@ -70,7 +70,7 @@ TECHNIQUE_ON_NODES = {
 AnswerValue = Literal["yes", "no", "unknown"]
 Status = Literal["recommended", "in-place", "on-unverified", "not-working", "not-indicated", "unknown"]
 # What the headline is about, most consequential first (see llm_diagnose.diagnose.tree.headline).
-HEADLINE_KINDS = ("pitfall", "fix", "capacity", "use", "verify", "none-found", "nothing-measured")
+HEADLINE_KINDS = ("pitfall", "fix", "capacity", "use", "verify", "investigate", "none-found", "nothing-measured")
 
 
 def _tuple_of(cls, items):

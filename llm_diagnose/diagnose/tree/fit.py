@@ -19,7 +19,7 @@ from llm_diagnose.diagnose.tree.signals import devices, load_level
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes import quantities as Q
 
-__all__ = ["ask_q1", "kv_requests"]
+__all__ = ["ask_q1", "kv_requests", "batch_at_cap", "CAP_SETTING"]
 
 ENGINE_FIGURE = "the engine's maximum-concurrency figure (at its max_model_len)"
 
@@ -47,6 +47,37 @@ def kv_requests(r: Reading) -> tuple[float | None, str]:
     if engine is not None:
         return engine, ENGINE_FIGURE
     return None, ""
+
+
+# The engine's own name for its cap on concurrent sequences (config.max_num_seqs), per engine.
+CAP_SETTING = {
+    "vllm": "--max-num-seqs",
+    "sglang": "--max-running-requests",
+    "trtllm": "max_batch_size",
+}
+
+
+def batch_at_cap(r: Reading) -> str | None:
+    """Where the running batch sat at the engine's configured cap on concurrent sequences while
+    requests waited (the caller checks the queue): the cap binds, whatever KV usage was or was not
+    read. Names the setting and what would confirm the memory for more; None otherwise."""
+    cap, running = r.num(Q.MAX_NUM_SEQS), r.num(Q.RUNNING_MEAN)
+    if cap is None or running is None or cap <= 0:
+        return None
+    if not r.compare("batch.running_mean/config.max_num_seqs", running / cap, ">=", "q1.batch_at_cap"):
+        return None
+    engine = r.evidence.fact(Q.ENGINE_NAME)
+    setting = CAP_SETTING.get(engine if isinstance(engine, str) else "", "the engine's cap on concurrent sequences")
+    kv = r.num(Q.KV_USAGE_P95)
+    memory = (
+        f"KV usage p95 {kv:.0%} says whether memory holds more"
+        if kv is not None
+        else "KV usage was not read: its p95 at the cap (below ~90%) would confirm the memory for more"
+    )
+    return (
+        f"the running batch sat at the engine's cap ({running:.1f} of {setting} {cap:.0f}) while requests waited: "
+        f"the cap binds; raise {setting} where memory allows ({memory}), or add replicas"
+    )
 
 
 def ask_q1(ev: Evidence, th: Thresholds) -> Answer:
@@ -80,6 +111,19 @@ def ask_q1(ev: Evidence, th: Thresholds) -> Answer:
                 f"the weights take {per_device:.0%} of each device{split}{room}, leaving little for the KV cache",
                 "tight",
             )
+    engine_requests = r.num(Q.KV_MAX_CONCURRENCY)
+    if engine_requests is not None and r.compare(Q.KV_MAX_CONCURRENCY, engine_requests, "<", "q1.min_engine_requests"):
+        max_len = r.num(Q.MAX_MODEL_LEN)
+        longest = f"one request of max_model_len ({max_len:.0f} tokens)" if max_len else "one request of max_model_len"
+        return _answer(
+            r,
+            "no",
+            r.conf("direct"),
+            f"by the engine's own figure its KV cache holds {engine_requests:.2f} of {longest}: the deployment "
+            "does not fit as configured, whatever the load; shorten max_model_len to what requests need, quantize "
+            "the KV cache (fp8) or give it more devices; more replicas of it do not help",
+            "kv-too-small",
+        )
     fit_requests, how = kv_requests(r)
     at_max_len = how == ENGINE_FIGURE
     fills = not at_max_len or (
@@ -111,6 +155,11 @@ def ask_q1(ev: Evidence, th: Thresholds) -> Answer:
         pressure.append(f"{preempted:.0f} preemptions")
     if queued and (kv_full or busy):
         pressure.append(f"requests waited ({waiting:.1f} on average)")
+    # With KV usage read, a batch at its cap and a cache mostly free is the batch-not-growing pitfall's
+    # case (raise the cap), and a full one is pressure above; unread, the cap binding is a finding alone.
+    at_cap = batch_at_cap(r) if queued and kv_p95 is None else None
+    if at_cap is not None:
+        pressure.append(at_cap)
     if pressure:
         usage = f"KV usage p95 {kv_p95:.0%}" if kv_p95 is not None else "KV usage not measured"
         # The quality caps are ceilings (their documented meaning), not factors: a window shorter
@@ -129,7 +178,8 @@ def ask_q1(ev: Evidence, th: Thresholds) -> Answer:
             if weights is not None
             else "the server runs the model"
         )
-        capped = "" if kv_full else "; the batch is capped by load, not by memory"
+        # A preemption is the cache running out: "capped by load, not memory" may not stand beside one.
+        capped = "" if kv_full or (preempted or 0) > 0 or at_cap else "; the batch is capped by load, not by memory"
         return _answer(
             r, "yes", basis, f"{fits}, but load fills it: {usage}, {', '.join(pressure)}{capped}", "overloaded"
         )

@@ -3,10 +3,14 @@
 Ranked: a detected pitfall (`pitfall`) > a technique that is on and not working (`fix`) >
 an overloaded server that needs replicas or admission limits (`capacity`) > the most
 consequential recommended technique (`use`) > a technique that is on but unverified under a
-question that found its problem (`verify`) > nothing to do among the questions answered
-(`none-found`) > too little measured to say (`nothing-measured`, said as such). The line
+question that found its problem (`verify`) > a problem a question found that no technique of the
+catalogue fixes, to investigate (`investigate`, its subject the question: Q5's overhead above the
+decode step, say) > nothing to do among the questions answered (`none-found`) > too little
+measured to say (`nothing-measured`, said as such). The line
 quotes the finding's own reason, so it cannot contradict it. A technique finding headlines only
-where the answer that decided it is above confidence.headline_min.
+where the answer that decided it is above confidence.headline_min; one held back for that is
+still named, with its confidence, so a headline of "none found" or "nothing measured" never
+contradicts a finding on the path below it.
 """
 
 from __future__ import annotations
@@ -68,16 +72,21 @@ def headline(
     checks: Sequence[ObjectiveCheck] = (),
     least: float = 0.5,
     not_counted: frozenset[str] = frozenset(),
+    findings: Sequence[tuple[str, str]] = (),
 ) -> tuple[str, str, str]:
     """(headline_kind, headline_subject, bottleneck text); answers at or below confidence
     `least` (confidence.headline_min), and the questions in `not_counted` (answered only from
-    the live window of a near-idle server), do not count as measured."""
+    the live window of a near-idle server), do not count as measured. `findings`: (question,
+    line) for problems no technique fixes, headlined as `investigate` where that question's
+    answer is firmer than `least`."""
     detected = sorted((p for p in pitfalls if p.detected), key=lambda p: _rank(PITFALL_RANK, p.pitfall))
     if detected:
         p = detected[0]
         return "pitfall", p.pitfall, f"pitfall {p.pitfall}: {p.explanation} -> {p.fix}"
     # A finding headlines only where the answer that decided it is firmer than `least` (doubtful
-    # or thin evidence must not set the headline).
+    # or thin evidence must not set the headline); one held back is named where the headline
+    # would otherwise say nothing was found.
+    held = _held_back(recs, answers, least)
     recs = [r for r in recs if r.question not in answers or answers[r.question].confidence > least]
     broken = sorted((r for r in recs if r.status == "not-working"), key=lambda r: _rank(TECHNIQUE_RANK, r.technique))
     if broken:
@@ -112,6 +121,12 @@ def headline(
             r.technique,
             (f"{r.question}: {q.rationale}; {r.technique} is {r.reason} -> verify {r.technique}"),
         )
+    found = next(
+        ((q, line) for q, line in findings if q in answers and answers[q].confidence > least and q not in not_counted),
+        None,
+    )
+    if found is not None:
+        return "investigate", found[0], f"{found[0]}: {found[1]}"
     unknown = [q for q, a in answers.items() if a.answer == "unknown"]
     slo_broken = [c.objective.label for c in checks if c.met is False]
     # Nothing the tree knows fixes it, but the reader must not take "none" for "all is well".
@@ -133,7 +148,37 @@ def headline(
         return (
             "nothing-measured",
             "",
-            (f"{what}: attach to a loaded server, give a trace (--trace) or run the experiments (--active)" + slo_tail),
+            (
+                f"{what}: attach to a loaded server, give a trace (--trace) or run the experiments (--active)"
+                + slo_tail
+                + held
+            ),
         )
     tail = f"; {len(unknown)} question(s) could not be answered: {', '.join(unknown)}" if unknown else ""
-    return "none-found", "", "no bottleneck found among the questions answered" + tail + slo_tail
+    nothing = "no bottleneck found firmly enough to headline" if held else "no bottleneck found"
+    return "none-found", "", f"{nothing} among the questions answered" + tail + slo_tail + held
+
+
+def _held_back(recs: Sequence[Recommendation], answers: Mapping[str, Answer], least: float) -> str:
+    """'; not the headline: Q6 found ...' for the most consequential finding whose answer is at or
+    below `least`, or "" when there is none: the headline must not read as if the path found nothing."""
+    weak = sorted(
+        (
+            r
+            for r in recs
+            if r.status in ("not-working", "recommended")
+            and r.question in answers
+            and answers[r.question].confidence <= least
+        ),
+        key=lambda r: (r.status != "not-working", _rank(TECHNIQUE_RANK, r.technique)),
+    )
+    if not weak:
+        return ""
+    r = weak[0]
+    a = answers[r.question]
+    more = f" ({len(weak) - 1} more held back the same way)" if len(weak) > 1 else ""
+    settle = f"; to settle it: {a.missing[0].hint}" if a.missing and a.missing[0].hint else ""
+    return (
+        f"; not the headline: {r.question} found {r.technique} {r.status} ({r.reason}), but its answer's "
+        f"confidence {a.confidence:.2f} is at or below the headline's {least:.2f}{settle}{more}"
+    )

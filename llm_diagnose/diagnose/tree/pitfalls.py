@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from llm_diagnose.diagnose.tree.diagnosis import Answer, Missing, PitfallCheck
+from llm_diagnose.diagnose.tree.disagg import disagg_scale
 from llm_diagnose.diagnose.tree.evidence import Evidence
+from llm_diagnose.diagnose.tree.prefix_figures import engine_figure
 from llm_diagnose.diagnose.tree.reading import Reading
 from llm_diagnose.diagnose.tree.schemes import kv_quantized, spec_method_class, weight_scheme
 from llm_diagnose.diagnose.tree.speculative import acceptance, decode_regime
@@ -167,6 +169,11 @@ def _spec_fix(r: Reading) -> str:
     )
 
 
+_DISAGG_FIX = (
+    "go back to one pool with chunked prefill, or give the transfer a faster path (NIXL over RDMA, same-node instances)"
+)
+
+
 def disaggregation_overhead(ev: Evidence, th: Thresholds) -> PitfallCheck:
     r = Reading(ev, th)
     enabled = r.flag(Q.PD_DISAGGREGATION)
@@ -174,6 +181,17 @@ def disaggregation_overhead(ev: Evidence, th: Thresholds) -> PitfallCheck:
         return _check(r, "disaggregation-overhead", False, "prefill and decode are not disaggregated")
     heavy = r.check(Q.KV_TRANSFER_TTFT_SHARE, ">=", "pd.max_kv_transfer_share")
     if heavy is None:
+        # Unmeasured transfer: the deployment's shape still says whether separate pools can pay.
+        scale, why = disagg_scale(r) if enabled else (None, "")
+        if scale is False:
+            return _check(
+                r,
+                "disaggregation-overhead",
+                True,
+                f"disaggregation is on with {why} (judged from the deployment's shape; the connector's transfer "
+                "time against time to first token, NIXL nixl_xfer_time_seconds, would measure it)",
+                _DISAGG_FIX,
+            )
         return _check(
             r,
             "disaggregation-overhead",
@@ -186,8 +204,7 @@ def disaggregation_overhead(ev: Evidence, th: Thresholds) -> PitfallCheck:
         "disaggregation-overhead",
         heavy,
         f"{share:.0%} of time to first token is spent moving KV from prefill to decode",
-        "go back to one pool with chunked prefill, or give the transfer a faster path (NIXL over RDMA, "
-        "same-node instances)",
+        _DISAGG_FIX,
     )
 
 
@@ -258,6 +275,15 @@ def warm_cache_benchmark(ev: Evidence, th: Thresholds) -> PitfallCheck:
     if first is False:
         # A cold start: a live rate above the workload's reuse is then a counting error (sanity), not warmth.
         return _check(r, "warm-cache-benchmark", False, "the first requests missed the cache, as a cold start should")
+    figure = engine_figure(ev)
+    if figure is not None:
+        return _check(
+            r,
+            "warm-cache-benchmark",
+            None,
+            f"the live hit rate is {figure}, over whatever traffic the engine last counted: beside this "
+            "workload's reuse it says nothing of warmth; the hit rate of the first requests (--active) would",
+        )
     hit = r.num(Q.PREFIX_HIT_RATE)
     potential = r.num(Q.PREFIX_POTENTIAL)
     if hit is not None and potential is not None:

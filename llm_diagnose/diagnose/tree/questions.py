@@ -5,8 +5,9 @@ literally; which answer calls for a technique is decided in `llm_diagnose.diagno
 without the evidence it needs answers "unknown" and lists what is missing and how to get it.
 
 Q5, Q6 and OB also take the declared service-level objectives (`slo=`, `llm_diagnose.diagnose.tree.slo.SLO`;
-undeclared by default). Q5 asks whether decode latency breaks the ITL objective, and falls
-back to the fixed q5.max_itl_* thresholds only when no ITL objective is declared; Q6 says in
+undeclared by default). Q5 (its own module, llm_diagnose.diagnose.tree.q5_decode_latency, question and
+branch) asks whether decode latency breaks the ITL objective, and falls back to the fixed
+q5.max_itl_* thresholds only when no ITL objective is declared; Q6 says in
 its rationale whether the ITL or TTFT objective breaks; OB reads whether anyone waits from the
 SLO first (it carries --interactive/--offline when given), then from the evidence's
 `workload.interactive` fact.
@@ -16,26 +17,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llm_diagnose.diagnose.tree.diagnosis import Answer, AnswerValue, Comparison, Missing
+from llm_diagnose.diagnose.tree.declared import UNDECLARED, objective_labels, workload_interactive
+from llm_diagnose.diagnose.tree.diagnosis import Answer, AnswerValue
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.diagnose.tree.fit import TITLE as Q1_TITLE
 from llm_diagnose.diagnose.tree.fit import ask_q1
+from llm_diagnose.diagnose.tree.prefix_figures import engine_figure
+from llm_diagnose.diagnose.tree.q5_decode_latency import TITLE as Q5_TITLE
+from llm_diagnose.diagnose.tree.q5_decode_latency import ask_q5
 from llm_diagnose.diagnose.tree.reading import SETTLE_LIVE, Reading
 from llm_diagnose.diagnose.tree.signals import in_flight, load_level, setting
-from llm_diagnose.diagnose.tree.slo import SLO, ObjectiveCheck
+from llm_diagnose.diagnose.tree.slo import SLO
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes import quantities as Q
 
 __all__ = ["QUESTION_TITLES", "ASK", "SLO_QUESTIONS", "ask_all", "workload_interactive"]
-
-UNDECLARED = SLO()
 
 QUESTION_TITLES = {
     "Q1": Q1_TITLE,
     "Q2": "Do requests share prompt prefixes?",
     "Q3": "Do requests of very different output lengths arrive concurrently?",
     "Q4": "Does KV-cache fragmentation cap the batch size?",
-    "Q5": "Is per-token decode latency the main complaint?",
+    "Q5": Q5_TITLE,
     "Q6": "Do prefill and decode contend on the same GPU?",
     "KV": "Is useful prefix cache evicted before it is reused?",
     "OB": "Does nobody wait for the responses (offline work)?",
@@ -48,8 +51,7 @@ def _answer(r: Reading, q: str, answer: AnswerValue, confidence: float, rational
 
 def inconclusive(r: Reading, q: str, why: str, settle: str = SETTLE_LIVE) -> Answer:
     """No verdict: the evidence leaves the answer open. Says why, and what would settle it."""
-    r.missing.append(Missing(f"{q}.verdict", f"inconclusive: {why}", settle))
-    return _answer(r, q, "unknown", 0.0, f"inconclusive: {why}; to settle it: {settle}", "inconclusive")
+    return r.inconclusive(q, QUESTION_TITLES[q], why, settle)
 
 
 def ask_q2(ev: Evidence, th: Thresholds) -> Answer:
@@ -58,7 +60,9 @@ def ask_q2(ev: Evidence, th: Thresholds) -> Answer:
     if potential is not None:
         shares = r.compare(Q.PREFIX_POTENTIAL, potential, ">=", "q2.min_reuse_fraction")
         conf = r.conf("direct")
-        hit = r.num(Q.PREFIX_HIT_RATE) if r.evidence.fact(Q.PREFIX_CACHING) is True else None
+        # The engine's own hit-rate figure covers other traffic: it neither agrees nor disagrees with this trace.
+        own = r.evidence.fact(Q.PREFIX_CACHING) is True and engine_figure(r.evidence) is None
+        hit = r.num(Q.PREFIX_HIT_RATE) if own else None
         if hit is not None and (hit >= r.thresholds["q2.min_reuse_fraction"]) != shares:
             conf *= r.conf("disagreement")  # the live cache says otherwise
         return _answer(
@@ -184,149 +188,6 @@ def ask_q4(ev: Evidence, th: Thresholds) -> Answer:
     return _answer(r, "Q4", "unknown", 0.0, "KV allocation (paged or reserved per request) was not observed")
 
 
-def _slo_comparison(r: Reading, check: ObjectiveCheck) -> None:
-    """Record an objective judged from evidence like a threshold comparison (`slo.<key>`)."""
-    if check.met is None or check.observed_s is None:
-        return
-    r.num(check.evidence)  # the key read, in the answer's evidence
-    r.comparisons.append(
-        Comparison(
-            f"slo.{check.objective.key}",
-            check.evidence,
-            float(check.observed_s),
-            "<=",
-            check.objective.limit_s,
-            bool(check.met),
-        )
-    )
-
-
-def _labels(checks) -> str:
-    return "; ".join(c.text + (f" [{c.how}]" if c.bound else "") for c in checks)
-
-
-def workload_interactive(ev: Evidence, slo: SLO = UNDECLARED) -> tuple[bool | None, str]:
-    """Whether anyone waits, and who said so. The SLO comes first: it carries the
-    --interactive/--offline flag of this invocation when one was given, and latency objectives
-    mean someone waits; then the evidence's workload.interactive fact (declared when it was
-    collected)."""
-    if slo.latency_bound:
-        return True, f"latency objectives are declared ({slo.source})"
-    if slo.interactive is not None:
-        return slo.interactive, f"declared {'interactive' if slo.interactive else 'offline'} ({slo.source})"
-    fact = ev.fact(Q.INTERACTIVE)
-    if isinstance(fact, bool):
-        return fact, f"declared {'interactive' if fact else 'offline'} in the evidence"
-    return None, "not declared"
-
-
-def ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
-    """Q5, where a starved client's token gaps can say "fast enough" but never "slow": its
-    lateness only stretches the gaps it saw (and bundles tokens), so "slow" may be its own."""
-    answer = _ask_q5(ev, th, slo)
-    if answer.answer != "yes":
-        return answer
-    r = Reading(ev, th)
-    untrusted = r.disbelieved(Q.ITL_P50, Q.ITL_P99)
-    if untrusted is None:
-        return answer
-    return inconclusive(r, "Q5", f"whether tokens arrive slowly: {untrusted}")
-
-
-def _ask_q5(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:
-    r = Reading(ev, th)
-    interactive, who = workload_interactive(ev, slo)
-    if interactive is False:
-        if slo.interactive is None:
-            r.flag(Q.INTERACTIVE)  # the fact it was decided by, in the answer's evidence
-        return _answer(
-            r,
-            "Q5",
-            "no",
-            r.conf("direct"),
-            f"nobody waits for single responses, {who}: per-token latency is no one's complaint, throughput is",
-            "offline",
-        )
-    p50 = r.num(Q.ITL_P50)
-    p99 = r.num(Q.ITL_P99)
-    share = r.num(Q.DECODE_TIME_SHARE)
-    if slo.for_metric("itl"):
-        return _q5_against_slo(r, slo, share)
-    if p50 is None and p99 is None:
-        return _answer(r, "Q5", "unknown", 0.0, "inter-token latency was not measured")
-    slow_median = p50 is not None and r.compare(Q.ITL_P50, p50, ">", "q5.max_itl_p50_s")
-    slow_tail = p99 is not None and r.compare(Q.ITL_P99, p99, ">", "q5.max_itl_p99_s")
-    decode_dominates = None if share is None else r.compare(Q.DECODE_TIME_SHARE, share, ">=", "q5.min_decode_share")
-    quality = r.quality(Q.ITL_P50, Q.ITL_P99)
-    basis = " (against the fixed thresholds q5.max_itl_*: no ITL objective declared)"
-    # In milliseconds for the text; each figure quoted below is one that was measured.
-    p50_ms, p99_ms = (None if p50 is None else p50 * 1e3), (None if p99 is None else p99 * 1e3)
-    if (slow_median or slow_tail) and decode_dominates is not False:
-        what = f"median {p50_ms:.0f} ms" if slow_median else f"p99 {p99_ms:.0f} ms"
-        conf = (r.conf("counters") if decode_dominates else r.conf("proxy")) * quality
-        return _answer(r, "Q5", "yes", conf, f"tokens arrive slowly ({what} between tokens){basis}")
-    if slow_median or slow_tail:
-        return _answer(
-            r,
-            "Q5",
-            "no",
-            r.conf("proxy") * quality,
-            f"decode is slow but only {share:.0%} of request time is decode: prefill or queueing dominate{basis}",
-        )
-    shown = f"{p50_ms:.1f} ms median" if p50_ms is not None else f"{p99_ms:.1f} ms p99"
-    return _answer(
-        r, "Q5", "no", r.conf("counters") * quality, f"inter-token latency is within target ({shown}){basis}"
-    )
-
-
-def _q5_against_slo(r: Reading, slo: SLO, share: float | None) -> Answer:
-    """Q5 with a declared ITL objective: does decode latency break it? The decode share of
-    request time does not overrule a broken ITL objective (the objective is about decode
-    itself), it only says how much of the end-to-end latency a faster decode would win."""
-    checks = slo.check_evidence(r.evidence, ("itl",))
-    for c in checks:
-        _slo_comparison(r, c)
-    broken = [c for c in checks if c.met is False]
-    unjudged = [c for c in checks if c.met is None]
-    keys = [c.evidence for c in checks if c.evidence]
-    quality = r.quality(*keys) if keys else 0.0
-    direct = all(not c.bound for c in checks if c.met is not None)
-    if broken:
-        conf = (r.conf("direct") if direct else r.conf("config")) * quality
-        tail = ""
-        if share is not None and share < r.thresholds["q5.min_decode_share"]:
-            tail = f"; decode is only {share:.0%} of request time, so end-to-end latency gains less"
-            conf *= r.conf("disagreement")
-        return _answer(
-            r,
-            "Q5",
-            "yes",
-            conf,
-            f"decode latency breaks the SLO's ITL objective: {_labels(broken)}{tail}",
-            "slo-broken",
-        )
-    if unjudged:
-        return _answer(
-            r,
-            "Q5",
-            "unknown",
-            0.0,
-            "the SLO's ITL objective could not be judged from the evidence: "
-            + "; ".join(f"{c.objective.label}: {c.how}" for c in unjudged)
-            + " (measure every gap with --active; the fixed q5 thresholds are not used when an ITL "
-            "objective is declared)",
-            "slo-not-judged",
-        )
-    return _answer(
-        r,
-        "Q5",
-        "no",
-        (r.conf("direct") if direct else r.conf("config")) * quality,
-        f"inter-token latency meets the SLO's ITL objective: {_labels(checks)}",
-        "slo-met",
-    )
-
-
 def slo_stalls_note(ev: Evidence, slo: SLO) -> tuple[bool | None, str]:
     """Whether the SLO's ITL or TTFT objective breaks (prefill stalls show in both: in the
     gaps of running streams and in the wait of the next prompt), and a phrase saying so.
@@ -336,10 +197,10 @@ def slo_stalls_note(ev: Evidence, slo: SLO) -> tuple[bool | None, str]:
         return None, ""
     broken = [c for c in checks if c.met is False]
     if broken:
-        return True, f"the SLO breaks ({_labels(broken)})"
+        return True, f"the SLO breaks ({objective_labels(broken)})"
     if any(c.met is None for c in checks):
         return None, "whether the SLO's ITL/TTFT objectives hold could not be judged"
-    return False, f"the SLO's ITL/TTFT objectives hold ({_labels(checks)})"
+    return False, f"the SLO's ITL/TTFT objectives hold ({objective_labels(checks)})"
 
 
 def ask_q6(ev: Evidence, th: Thresholds, slo: SLO = UNDECLARED) -> Answer:

@@ -212,3 +212,9 @@ class Reading:
             missing=tuple(self.missing),
             verdict=verdict,
         )
+
+    def inconclusive(self, question: str, title: str, why: str, settle: str = SETTLE_LIVE) -> Answer:
+        """No verdict: the evidence leaves the answer open. Says why, and what would settle it."""
+        self.missing.append(Missing(f"{question}.verdict", f"inconclusive: {why}", settle))
+        rationale = f"inconclusive: {why}; to settle it: {settle}"
+        return self.answer(question, title, "unknown", 0.0, rationale, "inconclusive")

@@ -308,7 +308,10 @@ class SLO:
                     f"{source}: [slo] {key} = {value!r} is not an objective: write e.g. "
                     "ttft_p99_s = 2.0 or itl_p50_s = 0.05 (seconds)"
                 )
-            objectives.append(Objective(m["metric"], float(m["pct"].replace("_", ".")), float(value)))
+            try:  # the objective's own checks (a known metric, 0 < p < 100, a finite positive limit)
+                objectives.append(Objective(m["metric"], float(m["pct"].replace("_", ".")), float(value)))
+            except SLOError as exc:
+                raise SLOError(f"{source}: [slo] {key} = {value!r}: {exc}") from None
         if objectives and interactive is None:
             interactive = True
         return cls(tuple(objectives), interactive, source)
@@ -318,8 +321,10 @@ class SLO:
         """The `[slo]` table of a TOML file (the same file may hold `[thresholds]`); none: undeclared."""
         try:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise SLOError(f"cannot read SLO file {path}: {exc}") from exc
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise SLOError(f"cannot read SLO file {path}: {exc}") from None
+        except RecursionError:
+            raise SLOError(f"cannot read SLO file {path}: arrays or tables nested too deeply") from None
         table = data.get("slo", {})
         if not isinstance(table, Mapping):
             raise SLOError(f"{path}: slo must be a table ([slo])")

@@ -17,12 +17,13 @@ q5.max_itl_* thresholds only when no ITL objective is declared.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Threshold", "DEFAULTS", "Thresholds", "ThresholdsError"]
+__all__ = ["Threshold", "DEFAULTS", "UNIT_RANGES", "Thresholds", "ThresholdsError"]
 
 
 class ThresholdsError(ValueError):
@@ -99,6 +100,24 @@ _ALL: list[Threshold] = [
         "'Preemption'); a p95 over scrapes seconds apart misses the short peaks that trigger it",
     ),
     Threshold(
+        "q1.min_engine_requests",
+        1.0,
+        "requests",
+        "the engine's own KV figure (requests of max_model_len it holds at once) below which the deployment "
+        "does not fit as configured, whatever the load",
+        "a request of max_model_len tokens must fit the cache to be served at all: vLLM logs 'Maximum "
+        "concurrency for N tokens per request: Xx' and refuses to start below 1 on recent versions",
+    ),
+    Threshold(
+        "q1.batch_at_cap",
+        0.95,
+        "fraction",
+        "running batch (mean over the window) at or above this share of the engine's cap on concurrent "
+        "sequences (max_num_seqs, max_running_requests, max_batch_size): the cap binds",
+        "a batch held at its cap while requests wait is the scheduler's limit, not memory's; 5% below "
+        "allows for the scrapes between a finished request and the next admitted one",
+    ),
+    Threshold(
         "q1.min_waiting",
         0.5,
         "requests",
@@ -150,6 +169,15 @@ _ALL: list[Threshold] = [
         "fraction",
         "live hit rate at or below which prefix caching is effectively not hitting",
         "'near zero': under one block in fifty",
+    ),
+    Threshold(
+        "q2.active_repeat_min_hit",
+        0.50,
+        "fraction",
+        "hit rate of repeats of a prefix the active experiment just put in the cache at or above which the "
+        "cache keeps and matches it",
+        "a repeat hits every full block of its prefix: the experiment's prompts span several blocks (1024 "
+        "tokens: 8 of vLLM CPU's 128, 64 of a GPU's 16), so a working cache hits well over half, a broken one ~0",
     ),
     Threshold(
         "q2.dynamic_prefix_fraction",
@@ -339,6 +367,87 @@ _ALL: list[Threshold] = [
         "and speedups turn into slowdowns (Speculative Decoding: Performance or Illusion?, arXiv 2601.11580; "
         "vllm-project/vllm#19254)",
     ),
+    # Q5: where the served time per token goes (llm_diagnose.diagnose.tree.time_per_token)
+    Threshold(
+        "q5.step_close_ratio",
+        1.5,
+        "ratio",
+        "served inter-token gap / the hardware's decode step (graph-replayed step, else its roofline floor) at "
+        "or below which the served time is close to the step: only a faster or rarer step helps",
+        "Amdahl: at 1.5x the step is two thirds of each token's time, so halving the steps per token (vLLM "
+        "#16035 measured 1.89-2.08 tokens per EAGLE verify step) speeds tokens up 1.5x; further out the "
+        "overhead above the step caps what any step-side technique can win",
+    ),
+    Threshold(
+        "q5.step_far_ratio",
+        3.0,
+        "ratio",
+        "served inter-token gap / the hardware's decode step at or above which the served time is far above the "
+        "step: the overhead, not the step, is the complaint",
+        "at 3x the step is a third of each token's time: a free step would speed tokens up 1.5x at most and a "
+        "2x faster one 1.2x; two thirds of the time is dispatch and the server's own work (issue 25: slow "
+        "tokens at a small batch came from guided decoding, detokenization, LoRA, --enforce-eager, a Python "
+        "sampler, many times the step)",
+    ),
+    Threshold(
+        "q5.sharp_itl_growth",
+        10.0,
+        "ratio",
+        "mean gap at the decode experiment's highest concurrency / at batch 1 (decode.itl_growth_with_concurrency) "
+        "at or above which the growth is a pathology or contention, not batching",
+        "the decode experiment runs at most 8 concurrent streams (levels 2, 4, 8); a step grows at worst "
+        "linearly with its sequences (fully compute-bound), so 10x is more than batching explains: a kernel "
+        "off its fast path at batch > 1, a scheduler stall, or contention outside the step (the API server's "
+        "CPU, a lock)",
+    ),
+    Threshold(
+        "q5.engine_confirms",
+        0.8,
+        "ratio",
+        "the engine's own mean ITL over the decode experiment's batch-1 phase / the client's median gap at or "
+        "above which a starved client's 'tokens are slow' is the server's (decode.server_itl_mean_s)",
+        "a starved client only stretches the gaps it sees; where the engine's histogram over the same tokens "
+        "reads within the client-vs-server agreement band (25%) of them, the slowness was there before the client",
+    ),
+    Threshold(
+        "q5.sharp_itl_jump",
+        2.5,
+        "ratio",
+        "steepest rise of the mean gap between two neighbouring concurrency levels of the decode experiment, over "
+        "the rise in streams (decode.itl_superlinear_jump), at or above which the growth is a pathology or "
+        "contention, not batching",
+        "a step grows at worst linearly with its sequences (fully compute-bound: 1 here), so a rise 2.5x steeper "
+        "than the streams is more than batching explains; real pathologies jump 10-100x from one stream to two "
+        "(issue 25), 5-50 on this scale",
+    ),
+    Threshold(
+        "q5.step_batch_ratio",
+        2.0,
+        "ratio",
+        "largest factor between the batch the served gap was taken at and the batch the step was measured at "
+        "for the two to be compared",
+        "a decode step reads the same weights at every batch and one KV cache per sequence: within 2x of the "
+        "batch a memory-bound step changes by the extra sequences' KV only; further apart it may be another "
+        "regime, so the step is measured again at the run's batch (microbench --run RUN)",
+    ),
+    Threshold(
+        "q5.min_delivery_ratio",
+        1.25,
+        "ratio",
+        "client's mean gap / the engine's own mean ITL (decode.client_server_itl_ratio) at or above which the "
+        "path from the engine to the client (detokenizing and streaming in the API server, proxies) is named as "
+        "a part of the served time",
+        "the decode experiment's agreement band is 25% (+1 ms): within it client and engine see the same gaps "
+        "(llm_diagnose.probes.experiments.decode.AGREEMENT_TOLERANCE)",
+    ),
+    Threshold(
+        "q5.stall_tail_ratio",
+        3.0,
+        "ratio",
+        "p99 / median inter-token gap at or above which the tail is stalls, not step-to-step variation",
+        "a decode step at a fixed batch varies by a few percent; a p99 three times the median is stalls (a "
+        "prefill in the step, preemption, a host hiccup), which Q6's interference experiment attributes",
+    ),
     # Q6: do prefill and decode contend?
     Threshold(
         "q6.min_itl_inflation",
@@ -387,6 +496,16 @@ _ALL: list[Threshold] = [
         "justifies disaggregation",
         "llm-d P/D disaggregation guide: 'long context workloads (10:1 ISL:OSL) and medium-to-large "
         "models'; vLLM docs: disaggregated prefill does not improve throughput",
+    ),
+    Threshold(
+        "parallel.max_tp_devices",
+        8.0,
+        "devices",
+        "TP x PP at or below which the devices fit one node, where tensor parallelism is the layout for latency "
+        "and pipeline parallelism only adds each stage's time to every token",
+        "an HGX/DGX node links 8 GPUs by NVLink; vLLM's distributed-serving guide sets TP to the GPUs per node "
+        "and PP to the number of nodes, and its maintainers recommend TP only on a single node "
+        "(vllm-project/vllm#6826)",
     ),
     Threshold(
         "pd.max_kv_transfer_share",
@@ -466,7 +585,7 @@ _ALL: list[Threshold] = [
     Threshold(
         "sanity.max_weights_fraction",
         100.0,
-        "fraction",
+        "ratio",
         "the most memory.weights_fraction (all weights / one device's memory) may be before it is flagged "
         "as impossible rather than 'does not fit one device'",
         "a 2 T-parameter model in BF16 (4 TB) over one 40 GB device is 100x; no served model is larger, so "
@@ -495,6 +614,16 @@ _ALL: list[Threshold] = [
         "a live window shorter than this lowers the confidence of what it measured",
         "vLLM logs its stats every 10 s and Prometheus scrapes every 15-30 s: under 30 s is one or two "
         "readings of a changing server",
+    ),
+    Threshold(
+        "evidence.min_window_coverage",
+        0.80,
+        "fraction",
+        "share of a live window's planned /metrics scrapes that a good page must answer (a failed scrape, "
+        "and the ticks that pass while it hangs, are unanswered); below it live.window_complete is false, "
+        "the run is partial (exit 4) and what the window measured is capped by confidence.short_window",
+        "a fifth of the window unseen is a window cut short: a /metrics that hung answered 3 of 9 scrapes "
+        "and the run called its window complete (issue 22, item 12); `run` reads it when the window ends",
     ),
     # confidence rules: how much an answer's basis supports it (0..1), and the caps that lower it
     Threshold(
@@ -645,6 +774,30 @@ _ALL: list[Threshold] = [
 
 DEFAULTS: dict[str, Threshold] = {t.name: t for t in _ALL}
 
+# What a threshold of each unit may be set to: a share, a confidence or a confidence multiplier
+# lies in [0, 1]; every other unit (seconds, requests, tokens, ratios, counts) is an amount, at
+# least 0. Always finite: a NaN limit fails every comparison, so it would silently switch a
+# check off (issue 22: a NaN tolerance turned a +97% regression into "inconclusive").
+UNIT_RANGES: dict[str, tuple[float, float]] = {"fraction": (0.0, 1.0), "confidence": (0.0, 1.0), "factor": (0.0, 1.0)}
+AMOUNT_RANGE = (0.0, math.inf)
+
+
+def _check_value(name: str, value: object, source: str) -> float:
+    """A threshold's value from a file, checked for type and its unit's range.
+
+    Raises:
+        ThresholdsError: naming the file and the threshold, with the range it accepts.
+    """
+    unit = DEFAULTS[name].unit
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ThresholdsError(f"{source}: threshold {name!r} must be a number, got {value!r}")
+    low, high = UNIT_RANGES.get(unit, AMOUNT_RANGE)
+    number = float(value)
+    if not (math.isfinite(number) and low <= number <= high):
+        what = f"between {low:g} and {high:g} (a {unit})" if math.isfinite(high) else f"at least {low:g} ({unit})"
+        raise ThresholdsError(f"{source}: threshold {name!r} must be a finite number {what}, got {value!r}")
+    return number
+
 
 def _flatten(table: Mapping, prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
@@ -685,9 +838,7 @@ class Thresholds:
                     f"{source}: unknown threshold {name!r} (a file holds [thresholds] and [slo]); "
                     f"known: {', '.join(sorted(DEFAULTS))}"
                 )
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ThresholdsError(f"{source}: threshold {name!r} must be a number, got {value!r}")
-            values[name] = float(value)
+            values[name] = _check_value(name, value, source)
         return cls(values=values, overridden=frozenset(flat), source=source)
 
     @classmethod
@@ -697,6 +848,12 @@ class Thresholds:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ThresholdsError(f"thresholds file {path} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ThresholdsError(f"thresholds file {path} cannot be read: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ThresholdsError(f"thresholds file {path} is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise ThresholdsError(
+                f"thresholds file {path} is not readable: arrays or tables nested too deeply"
+            ) from None
         return cls.from_mapping(data, source=str(path))

@@ -35,7 +35,10 @@ from llm_diagnose.diagnose.tree.branch import needed as _needed
 from llm_diagnose.diagnose.tree.diagnosis import Answer, Diagnosis, Step
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.diagnose.tree.headline import headline
+from llm_diagnose.diagnose.tree.pipeline import pipeline_for_latency
 from llm_diagnose.diagnose.tree.pitfalls import check_all
+from llm_diagnose.diagnose.tree.prefix_figures import judge_cache_apart
+from llm_diagnose.diagnose.tree.q5_decode_latency import walk_q5
 from llm_diagnose.diagnose.tree.questions import ask_all
 from llm_diagnose.diagnose.tree.reading import Reading
 from llm_diagnose.diagnose.tree.sanity import check as sanity_check
@@ -126,8 +129,21 @@ def _q1(b: _Branches) -> None:
         b.add("quantization", "not-working", "Q1", b.pitfalls["weight-only-quantization"].explanation)
     else:
         b.by_state("quantization", "Q1", weights_quantized, _needed(a, "no"))
-    b.by_state("parallelism", "Q1", parallel, None if a.answer == "unknown" else False)
+    _parallel_layout(b, parallel, None if a.answer == "unknown" else False)
     _scale_out_from_decode(b, a)
+
+
+def _parallel_layout(b: _Branches, parallel: bool | None, needed: bool | None) -> None:
+    """Parallelism on a model that fits: pipeline stages where tensor parallelism would serve the
+    latency goal is the layout to fix (llm_diagnose.diagnose.tree.pipeline); otherwise the common rule."""
+    pipeline, why, question = pipeline_for_latency(b.reading(), b.answers["Q5"], b.slo)
+    if why:  # pipeline stages are on: the path says whether they are the layout to fix
+        b.step("Q1.pipeline-where-tensor-fits", pipeline, why)
+    if pipeline:
+        conf = min(b.answers[question].confidence, b.th["confidence.config"])
+        b.add("parallelism", "not-working", question, why, conf)
+    else:
+        b.by_state("parallelism", "Q1", parallel, needed)
 
 
 def _scale_out_reason(b: _Branches, a: Answer, kv_q: bool | None) -> str:
@@ -175,6 +191,8 @@ def _q2(b: _Branches) -> None:
             f"prompts share content but not exact prefixes ({', '.join(layout)}): fix the prompt layout, "
             "then the prefix cache can serve it",
         )
+        return
+    if caching and judge_cache_apart(b):
         return
     hit = b.ev.measurement(Q.PREFIX_HIT_RATE)
     potential = b.ev.measurement(Q.PREFIX_POTENTIAL)
@@ -302,7 +320,7 @@ def diagnose(evidence: Evidence, thresholds: Thresholds | None = None, *, slo: S
         ("Q2", _q2),
         ("Q3", _q3),
         ("Q4", _q4),
-        ("Q5", late.q5),
+        ("Q5", walk_q5),
         ("Q6", late.q6),
         ("KV", late.kv),
         ("OB", late.ob),
@@ -316,7 +334,13 @@ def diagnose(evidence: Evidence, thresholds: Thresholds | None = None, *, slo: S
     digest = hashlib.sha256(evidence.to_json().encode()).hexdigest()
     checks = slo.check_evidence(evidence)
     kind, subject, line = headline(
-        b.recs, answers, pitfalls, checks, th["confidence.headline_min"], _idle_live_answers(evidence, th, answers)
+        b.recs,
+        answers,
+        pitfalls,
+        checks,
+        th["confidence.headline_min"],
+        _idle_live_answers(evidence, th, answers),
+        b.findings,
     )
     if kind == "none-found" and sanity:
         # "Nothing found" must not read as "all is well" when some evidence was set aside as impossible.

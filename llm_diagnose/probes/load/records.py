@@ -82,8 +82,12 @@ class RequestSpec:
             object.__setattr__(self, "prompt", tuple(self.prompt))
 
     def payload(self, model: str, drop: set[str] | frozenset[str] = frozenset()) -> dict:
-        """The JSON body for the OpenAI-compatible endpoint, without the extensions in `drop`."""
-        body: dict = {"model": model, "max_tokens": self.max_tokens, "stream": True}
+        """The JSON body for the OpenAI-compatible endpoint, without the extensions in `drop`. An unknown
+        model ("": /v1/models listed none) is left out, so the server serves its own: `transformers serve
+        MODEL` lists only its hub cache and refuses any other name than the one it was pinned to."""
+        body: dict = {"max_tokens": self.max_tokens, "stream": True}
+        if model:
+            body = {"model": model, **body}
         if "stream_options" not in drop:
             body["stream_options"] = {"include_usage": True}
             if self.continuous_usage and "continuous_usage_stats" not in drop:

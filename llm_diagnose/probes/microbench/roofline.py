@@ -18,16 +18,21 @@ What is counted (per step):
 Activations are not counted: next to the weights they are small for decode, and prefill is
 compute-bound anyway. The floor is therefore a lower bound, which is what a floor must be.
 
-Standard library only: a ModelCosts can be built from numbers (tests, other engines) or from a
+Standard library only: a ModelCosts can be built from numbers (tests, other engines), from a
+config.json's shapes (`ModelCosts.from_config`: the floor where no step can be timed) or from a
 loaded torch model (`ModelCosts.from_model`, torch imported there).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = ["ModelCosts", "StepCost", "Ceilings", "Floor", "roofline_floor"]
+
+_CONFIG_FIELDS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size")
+_EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,38 @@ class ModelCosts:
         return StepCost(
             self.weight_bytes + batch * prompt_len * self.kv_bytes_per_token,
             self._linear_flops(batch * prompt_len, batch) + self._attention_flops(pairs),
+        )
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], dtype_bytes: float) -> ModelCosts:
+        """From a decoder config's shapes alone (a config.json's fields), no weights and no torch.
+
+        Counts a Llama-style decoder (Llama, Mistral, Qwen2/3, Gemma): q, k, v and o projections
+        and a gated MLP (gate, up, down) per layer, plus the lm_head; biases and norms are a
+        rounding error next to them. Raises ValueError for a config it cannot count (a field
+        missing, a mixture of experts), saying which.
+        """
+        cfg = dict(config.get("text_config") or config)
+        missing = [k for k in _CONFIG_FIELDS if not isinstance(cfg.get(k), int) or isinstance(cfg.get(k), bool)]
+        if missing:
+            raise ValueError(f"the config has no integer {', '.join(missing)}: its shapes cannot be counted")
+        experts = [k for k in _EXPERT_FIELDS if isinstance(cfg.get(k), int) and cfg[k] > 1]
+        if experts:
+            raise ValueError(f"a mixture of experts ({experts[0]} = {cfg[experts[0]]}) is not counted yet")
+        hidden, heads, layers = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+        kv_heads = cfg.get("num_key_value_heads") or heads
+        head_dim = cfg.get("head_dim") or hidden // heads
+        per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * cfg["intermediate_size"]
+        lm_head = cfg["vocab_size"] * hidden
+        return cls(
+            layers=layers,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            linear_params_per_token=layers * per_layer,
+            lm_head_params=lm_head,
+            weight_bytes=(layers * per_layer + lm_head) * dtype_bytes,
+            kv_dtype_bytes=dtype_bytes,
         )
 
     @classmethod

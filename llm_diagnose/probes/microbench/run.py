@@ -1,7 +1,8 @@
 """A grid of step microbenchmarks with the machine's ceilings and each step's roofline floor.
 
 `run_microbench(model, grid)` measures the copy bandwidth and matmul rate of the model's
-device, then decode steps over batch sizes and context lengths, prefills over prompt lengths,
+device, then decode steps over batch sizes and context lengths (under the device's timer: CUDA
+graphs on a GPU; and eagerly on the host clock, dispatch included), prefills over prompt lengths,
 and the mixed-step proxy (decodes plus a prefill chunk against the decodes alone). Every step
 carries its bytes, FLOPs and floor, so a report can say how far it is from its physical limit.
 A measured ceiling that a timed step beat is raised to that step's rate (`bound_by_steps`):
@@ -33,6 +34,9 @@ class Grid:
     mixed_decodes: int = 8  # decode tokens in the mixed step
     mixed_chunk: int = 128  # prefill-chunk tokens added to them
     mixed_context: int | None = None  # None: the largest context
+    mixed: bool = True  # False: no mixed-step proxy
+    eager: bool = True  # also time each decode step eagerly (host clock, dispatch included); a CPU's step is
+    #   eager already, so there it costs nothing
 
     @property
     def reference_context(self) -> int:
@@ -49,6 +53,7 @@ class StepResult:
     latency: Measurement
     cost: StepCost
     floor: Floor | None  # None when the ceilings were not measured
+    eager: Measurement | None = None  # decode only: the step launched eagerly, dispatch included
 
     @property
     def efficiency(self) -> float | None:
@@ -99,6 +104,9 @@ class MicrobenchReport:
             method="roofline",
             source=f"{self.model}: bytes and FLOPs counted from its modules; ceilings measured on " + self.device,
         )
+        what = Provenance(method="microbenchmark", source=self.device)
+        items[Q.MICROBENCH_MODEL] = Fact(self.model, what)
+        items[Q.MICROBENCH_CONTEXT] = Fact(self.reference_context, what)
         for s in self.steps:
             if s.kind == "decode" and s.context == self.reference_context:
                 lat_key, floor_key, bound_key = (
@@ -111,6 +119,8 @@ class MicrobenchReport:
             else:
                 continue
             items[lat_key] = s.latency
+            if s.eager is not None and s.kind == "decode":
+                items[Q.decode_eager_step_latency_key(s.batch)] = s.eager
             if s.floor is not None:
                 items[floor_key] = Measurement(
                     s.floor.seconds,
@@ -129,8 +139,8 @@ class MicrobenchReport:
     def table(self) -> str:
         """Markdown: one row per step (latency, floor, bound, efficiency)."""
         rows = [
-            "| step | batch | context | tokens | median | 95% CI | floor | bound | floor/median | timer |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| step | batch | context | tokens | median | 95% CI | floor | bound | floor/median | timer | eager |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for s in self.steps:
             ci = (
@@ -142,9 +152,10 @@ class MicrobenchReport:
             bound = s.floor.bound if s.floor else "-"
             eff = f"{s.efficiency:.1%}" if s.efficiency is not None else "-"
             timer = s.latency.provenance.method + (" (!)" if s.latency.warnings else "")
+            eager = f"{s.eager.value * 1e3:.4g} ms" if s.eager is not None else "-"
             rows.append(
                 f"| {s.kind} | {s.batch} | {s.context} | {s.tokens} | {s.latency.value * 1e3:.4g} ms | {ci} "
-                f"| {floor} | {bound} | {eff} | {timer} |"
+                f"| {floor} | {bound} | {eff} | {timer} | {eager} |"
             )
         return "\n".join(rows) + "\n"
 
@@ -206,13 +217,13 @@ def run_microbench(
 
     # Floors come after every step is timed: a measured ceiling a step beats is raised to that step's rate.
     steps: list[StepResult] = []
+    on_host_clock = bench.timer is not None and bench.timer.name == "cpu"
     for context in grid.contexts:
         for batch in grid.batches:
-            steps.append(
-                StepResult(
-                    "decode", batch, context, 1, bench.decode(batch, context), costs.decode_step(batch, context), None
-                )
-            )
+            step = bench.decode(batch, context)
+            # On the CPU clock the step is eager already: the same figure, not a second timing.
+            eager = step if on_host_clock else (bench.eager_decode(batch, context) if grid.eager else None)
+            steps.append(StepResult("decode", batch, context, 1, step, costs.decode_step(batch, context), None, eager))
     for prompt in grid.prompts:
         steps.append(StepResult("prefill", 1, 0, prompt, bench.prefill(prompt), costs.prefill(prompt), None))
     if memcpy is not None and matmul is not None:
@@ -225,15 +236,17 @@ def run_microbench(
         )
     if ceilings is not None:
         steps = [replace(s, floor=roofline_floor(s.cost, ceilings)) for s in steps]
-    mixed_context = grid.mixed_context or grid.reference_context
-    alone = bench.packed(grid.mixed_decodes, mixed_context)
-    mixed = bench.packed(grid.mixed_decodes + grid.mixed_chunk, mixed_context)
-    ratio = ratio_of_medians(
-        mixed,
-        alone,
-        f"{grid.mixed_decodes} decodes + a {grid.mixed_chunk}-token prefill "
-        f"chunk vs the decodes alone, context {mixed_context} (packed proxy)",
-    )
+    ratio = None
+    if grid.mixed:
+        mixed_context = grid.mixed_context or grid.reference_context
+        alone = bench.packed(grid.mixed_decodes, mixed_context)
+        mixed = bench.packed(grid.mixed_decodes + grid.mixed_chunk, mixed_context)
+        ratio = ratio_of_medians(
+            mixed,
+            alone,
+            f"{grid.mixed_decodes} decodes + a {grid.mixed_chunk}-token prefill "
+            f"chunk vs the decodes alone, context {mixed_context} (packed proxy)",
+        )
     return MicrobenchReport(
         model=name or type(model).__name__,
         device=str(device),

@@ -4,6 +4,8 @@ Each step is one `model(...)` forward, timed with the timing core:
 
 - decode(batch, context): one new token for each of `batch` sequences holding `context`
   cached tokens (the cache holds exactly context + 1 positions, so attention reads no slack);
+- eager_decode(batch, context): the same step on the host clock with the device synchronized
+  after each call: what a server that launches every kernel from Python pays per step;
 - prefill(prompt_len): a prompt from an empty cache, logits for its last token only;
 - packed(tokens, context): one row of `tokens` new tokens over a `context`-token cache: the
   shape of a mixed step, in which decode tokens and a prefill chunk share one forward.
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_diagnose.probes.results import Measurement
-from llm_diagnose.probes.timing import Timer, select_timer
+from llm_diagnose.probes.timing import CpuTimer, Timer, select_timer
 
 __all__ = ["StepBench", "MODEL_PRESETS", "build_causal_lm"]
 
@@ -123,18 +125,24 @@ class StepBench:
         for layer in cache.layers:
             layer.cumulative_length.fill_(length)
 
-    def _time(self, cache: Any, context: int, ids: Any, pos: Any, label: str) -> Measurement:
+    def _time(
+        self, cache: Any, context: int, ids: Any, pos: Any, label: str, timer: Timer | None = None, sync: bool = False
+    ) -> Measurement:
         import torch
 
         model = self.model
+        synchronize = torch.cuda.synchronize if sync and self.device.type == "cuda" else None
 
         def step() -> None:
             self._rewind(cache, context)
             model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            if synchronize is not None:
+                synchronize()
 
         with torch.inference_mode():
-            assert self.timer is not None
-            return self.timer.measure(step, budget_s=self.budget_s, label=label)
+            timer = timer or self.timer
+            assert timer is not None
+            return timer.measure(step, budget_s=self.budget_s, label=label)
 
     def decode(self, batch: int, context: int) -> Measurement:
         """One decode step: `batch` sequences, each with `context` tokens cached."""
@@ -144,6 +152,22 @@ class StepBench:
         ids = self._tokens(batch, 1)
         pos = torch.full((batch, 1), context, device=self.device)
         return self._time(cache, context, ids, pos, f"decode step, batch {batch}, context {context}")
+
+    def eager_decode(self, batch: int, context: int) -> Measurement:
+        """The same decode step launched eagerly, as a server without CUDA graphs runs it: the host
+        clock around each call, the device synchronized after it, so every kernel launch from
+        Python is in the figure (on a CPU this is the decode step itself)."""
+        import torch
+
+        cache = self._filled_cache(batch, context + 1, context)
+        ids = self._tokens(batch, 1)
+        pos = torch.full((batch, 1), context, device=self.device)
+        timer = CpuTimer(
+            why="the eager step: host clock around each call with the device synchronized after it, so the "
+            "per-kernel dispatch from Python is in it"
+        )
+        label = f"eager decode step, batch {batch}, context {context}"
+        return self._time(cache, context, ids, pos, label, timer=timer, sync=True)
 
     def prefill(self, prompt_len: int, batch: int = 1) -> Measurement:
         """A prefill of `prompt_len` tokens per row into an empty cache."""
