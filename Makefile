@@ -9,7 +9,7 @@ demo: install
 	$(PY) -m llm_diagnose demo
 
 test: check
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 # Run before the tests (make test): lint, formatting, types, import-layer contracts (pyproject.toml).
 check: install

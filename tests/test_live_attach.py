@@ -45,6 +45,7 @@ from llm_diagnose.probes.metrics import ENGINE_METRICS, Scraper, Window, passive
 from llm_diagnose.probes.metrics.window import record_from_text
 from llm_diagnose.probes.nvml import Nvml, UnknownGpu, memory_evidence, read_gpu_memory, select_devices
 from llm_diagnose.probes.results import Measurement, NotMeasured
+from tests.virtual_clock import VirtualClock
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 VLLM_PAGE = (FIXTURES / "vllm-0.32.0-cpu-real.txt").read_text()
@@ -183,7 +184,11 @@ class TestFaultsWithFakeServer:
 
         async def main():
             async with FakeServer({"/metrics": pages}) as fake:
-                return await scrape_window(fake.url + "/metrics", 0.6, interval_s=0.2, run_dir=tmp_path)
+                clock = VirtualClock()
+                scraper = Scraper(
+                    fake.url + "/metrics", interval_s=0.2, run_dir=tmp_path, clock=clock, sleep=clock.sleep
+                )
+                return await scraper.run(0.6)
 
         w = run(main())
         assert [r.ok for r in w.records] == [True, True, False, True]
@@ -204,7 +209,8 @@ class TestFaultsWithFakeServer:
 
         async def main():
             async with FakeServer({"/metrics": pages}) as fake:
-                return await scrape_window(fake.url + "/metrics", 0.4, interval_s=0.2)
+                clock = VirtualClock()
+                return await Scraper(fake.url + "/metrics", interval_s=0.2, clock=clock, sleep=clock.sleep).run(0.4)
 
         ev = passive_evidence(run(main()))
         r = ev["throughput.prompt_tokens_per_s"]

@@ -52,6 +52,7 @@ from llm_diagnose.probes.metrics.passive import passive_evidence
 from llm_diagnose.probes.metrics.scraper import Scraper, scrape_once
 from llm_diagnose.probes.metrics.window import Window, record_from_text
 from llm_diagnose.probes.results import Measurement
+from tests.virtual_clock import VirtualClock
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "metrics").glob("*.txt"))
 SHARED = sorted(Path("/work/shared/fixtures").glob("*")) if Path("/work/shared/fixtures").is_dir() else []
@@ -471,7 +472,9 @@ def test_scraper_window_counts_a_refused_page_as_a_failed_scrape(tmp_path):
     many = "".join(f'vllm:x{{i="{i}"}} 1\n' for i in range(MAX_SERIES + 1))
 
     async def go():
-        return await Scraper(f"{fake.url}/metrics", interval_s=0.3, run_dir=tmp_path).run(0.6)
+        clock = VirtualClock()  # the ticks counted must not depend on how busy the host is
+        scraper = Scraper(f"{fake.url}/metrics", interval_s=0.3, run_dir=tmp_path, clock=clock, sleep=clock.sleep)
+        return await scraper.run(0.6)
 
     with ThreadedFake([VLLM_PAGE, many]) as fake:
         w = asyncio.run(go())

@@ -29,7 +29,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -128,6 +128,7 @@ class Scraper:
         max_file_bytes: int = MAX_METRICS_FILE_BYTES,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
@@ -141,7 +142,9 @@ class Scraper:
         self.max_consecutive_failures = max_consecutive_failures
         self.min_coverage = min_coverage
         self.max_file_bytes = max_file_bytes
-        self._clock, self._wall = clock, wall
+        # clock and sleep together make the cadence; a test passes a virtual pair so the ticks it
+        # counts do not depend on how busy the host is (a slow scrape skips ticks by design).
+        self._clock, self._wall, self._sleep = clock, wall, sleep
         self.tally = WindowTally()
         self.stopped_early: str | None = None
         self.planned_duration_s: float | None = None
@@ -233,7 +236,7 @@ class Scraper:
                     except TimeoutError:
                         pass
                 else:
-                    await asyncio.sleep(delay)
+                    await self._sleep(delay)
             # Stopping takes one last scrape, so the window covers everything up to now.
             stopping = stop is not None and stop.is_set()
             record, text, error = await scrape_once(session, self.metrics_url, clock=self._clock, wall=self._wall)
