@@ -22,7 +22,7 @@ Run by hand (it is no test: the suite must stay short on 2 cores). It:
 
 The SLO is the issue's (ttft:p90:1s, itl:p50:60ms) for bench-160m, which made ~24 ms a token;
 `--slo auto` (the default for `tiny`) sets it from this server's own batch-1 gap in the
-evidence (decode.itl_p50_s): itl p50 <= 2.5x it, ttft p90 <= 40x it, the issue's ratios.
+evidence (decode.batch1_itl_p50_s, the decode experiment's): itl p50 <= 2.5x it, ttft p90 <= 40x it, the issue's ratios.
 """
 
 from __future__ import annotations
@@ -44,15 +44,8 @@ from llm_diagnose.diagnose.cli import main as cli_main  # noqa: E402
 from llm_diagnose.diagnose.demo import tiny_model  # noqa: E402
 from llm_diagnose.diagnose.demo.vllm_server import VllmServer  # noqa: E402
 
-# ~162 M parameters: 12 layers of 1024 wide (4 x 1024^2 attention + 3 x 1024 x 2816 MLP) and two
-# 4096 x 1024 embeddings. Registered beside the recipe's sizes; the recipe itself is unchanged.
-BENCH_SIZE = {
-    "hidden_size": 1024,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 16,
-    "head_dim": 64,
-    "intermediate_size": 2816,
-}
+# The recipe's "slow" size (~162 M parameters), under the name the issue's figures used.
+BENCH_SIZE = tiny_model.SIZES["slow"]
 ISSUE_SLO = ("ttft:p90:1s", "itl:p50:60ms")
 AUTO_ITL_FACTOR, AUTO_TTFT_FACTOR = 2.5, 40.0  # the issue's SLO over its server's 24 ms a token
 SWEEP_FACTOR = math.sqrt(2.0)
@@ -90,7 +83,7 @@ def cli(argv: list[str]) -> int:
 
 
 def batch1_itl(folder: Path) -> float | None:
-    item = json.loads((folder / "evidence.json").read_text())["items"].get("decode.itl_p50_s") or {}
+    item = json.loads((folder / "evidence.json").read_text())["items"].get("decode.batch1_itl_p50_s") or {}
     v = item.get("value")
     return float(v) if isinstance(v, (int, float)) and v > 0 else None
 
@@ -187,7 +180,7 @@ def main() -> int:
         if slo == ["auto"]:
             itl = batch1_itl(evidence)
             if itl is None:
-                raise SystemExit("--slo auto: the evidence has no decode.itl_p50_s; give --slo")
+                raise SystemExit("--slo auto: the evidence has no decode.batch1_itl_p50_s; give --slo")
             slo = [f"itl:p50:{AUTO_ITL_FACTOR * itl * 1e3:.1f}ms", f"ttft:p90:{AUTO_TTFT_FACTOR * itl * 1e3:.0f}ms"]
         common = ["plan", "--evidence", str(evidence), "--trace", str(trace), "--target-rps", "40", *slo_flags(slo)]
         predicted = plan_json(common, work / "plan")

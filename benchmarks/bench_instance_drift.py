@@ -33,10 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llm_diagnose.diagnose.commands.demo import _observe  # noqa: E402
+from llm_diagnose.diagnose.compare.metric import compare_metric  # noqa: E402
+from llm_diagnose.diagnose.compare.request_measurements import REQUEST_TPOT_P50  # noqa: E402
+from llm_diagnose.diagnose.compare.rules import MetricRule  # noqa: E402
+from llm_diagnose.diagnose.compare.settings import CompareSettings  # noqa: E402
 from llm_diagnose.diagnose.demo.tiny_model import make_tiny_model  # noqa: E402
 from llm_diagnose.diagnose.demo.workload import DemoWorkload  # noqa: E402
-from llm_diagnose.diagnose.gate import compare_metric  # noqa: E402
-from llm_diagnose.diagnose.gate_rules import REQUEST_TPOT_P50, GateRules, MetricRule  # noqa: E402
 from llm_diagnose.diagnose.runfolder import RunFolder, prepare_out_dir  # noqa: E402
 from llm_diagnose.diagnose.verify.bracket import verify_bracketed  # noqa: E402
 from llm_diagnose.diagnose.verify.judge import RunSide, verify  # noqa: E402
@@ -85,7 +87,7 @@ def main() -> int:
         a = observe(model_dir, root, root / f"r{i}-A", prefix_caching=False)
         b = observe(model_dir, root, root / f"r{i}-B", prefix_caching=True)
         a2 = observe(model_dir, root, root / f"r{i}-A2", prefix_caching=False)
-        aa = compare_metric(MetricRule(REQUEST_TPOT_P50, "lower"), a.evidence, a2.evidence, GateRules())
+        aa = compare_metric(MetricRule(REQUEST_TPOT_P50, "lower"), a.evidence, a2.evidence, CompareSettings())
         row = {
             "A": figures(a),
             "B": figures(b),

@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from llm_diagnose.probes.results import Measurement  # noqa: E402
 from llm_diagnose.probes.timing import CpuTimer  # noqa: E402
-from llm_diagnose.probes.timing.core import busy_wait  # noqa: E402
+from tests.busy_wait import busy_wait  # noqa: E402
 
 WORKLOADS_S = (20e-6, 200e-6, 2e-3)
 
 
-spin = busy_wait  # the known workload lives beside the timers
+spin = busy_wait  # the known workload (tests/busy_wait.py)
 
 
 def noop() -> None:

@@ -40,7 +40,7 @@ from llm_diagnose.probes.traces.hashing import chained_block_hashes  # noqa: E40
 from llm_diagnose.probes.traces.prefix import PrefixAnalyzer  # noqa: E402
 from llm_diagnose.probes.traces.readers import read_hash_id_batches  # noqa: E402
 from llm_diagnose.probes.traces.records import LineLog  # noqa: E402
-from llm_diagnose.probes.traces.reference import reference_prefix_hits  # noqa: E402
+from tests.trace_reference import reference_prefix_hits  # noqa: E402
 
 
 def token_trace(total_tokens: int, seed: int = 0) -> list[np.ndarray]:

@@ -2,8 +2,8 @@
 
 Each example draws a command and some of its duration, rate and count flags, each with a value
 from NaN, infinities, -1, 0, 1e300, integers of thirty digits, units and garbage strings, or a
-plausible one. Whatever is drawn, the command answers with its documented exit codes (README
-"Exit codes"; narrower per command here, see EXPECTED) and never a traceback; a refused
+plausible one. Whatever is drawn, the command answers with its documented exit codes
+(docs/exit-codes.md; narrower per command here, see EXPECTED) and never a traceback; a refused
 value is one `llm-diagnose: error:` line. A second fuzz does the same for the settings files
 (`--thresholds`, `gate --rules`): a value that is not finite is always refused, by name.
 
@@ -41,6 +41,8 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+# A run folder recorded from a real vLLM (tests/test_export.py says how), read only: export writes to "out".
+REAL_RUN = Path(__file__).parent / "fixtures" / "runs" / "vllm-0.32.0-cpu-decode"
 TRACE = '{"timestamp": 0, "prompt": "hello world, a prompt", "output_length": 5}\n' * 3
 
 HOSTILE = [
@@ -48,6 +50,7 @@ HOSTILE = [
     "1e309", "9" * 30, "-" + "9" * 30, "99999999999h", "1h30m", "500ms", "10m", "0s", "now", "100",
     "2026-12-01T14:00:00Z", "0001-01-01T00:00:00+14:00", "abc", "", " ", "1,2", "1,,0", "0x10", "1_000",
     "\u00bd", "1e", "--", "65536", "0.0001", "0.1", "1", "2", "30", "1.5",
+    "csv", "parquet",  # export's --format: the valid values, drawn among the hostile ones
 ]  # fmt: skip
 values = st.one_of(
     st.sampled_from(HOSTILE),
@@ -60,7 +63,7 @@ values = st.one_of(
 def _paths(tmp: Path) -> dict[str, str]:
     (tmp / "evidence.json").write_text(build({"engine.name": "vllm"}).to_json())
     (tmp / "t.jsonl").write_text(TRACE)
-    return {"tmp": str(tmp), "out": str(tmp / "out"), "trace": str(tmp / "t.jsonl")}
+    return {"tmp": str(tmp), "out": str(tmp / "out"), "trace": str(tmp / "t.jsonl"), "run": str(REAL_RUN)}
 
 
 # command -> (its fixed arguments, its numeric flags, the exit codes it may answer with)
@@ -75,6 +78,7 @@ COMMANDS: dict[str, tuple[Callable[[dict[str, str]], list[str]], tuple[str, ...]
             "--max-rps",
             "--block-size",
             "--kv-capacity-tokens",
+            "--model",
         ),
         {2, 3},
     ),  # fmt: skip
@@ -103,6 +107,8 @@ COMMANDS: dict[str, tuple[Callable[[dict[str, str]], list[str]], tuple[str, ...]
         {0, 2},
     ),
     "demo": (lambda p: ["demo", "--out", p["out"]], ("--duration", "--requests"), {2}),
+    # --out stays the test's folder (a drawn one would write where the tests run): --format is drawn
+    "export": (lambda p: ["export", p["run"], "--out", p["out"]], ("--format",), {0, 2}),
     "instrument": (lambda p: ["instrument", "--", "/nonexistent/llmd-fuzz-no-such-command"], ("--port",), {2}),
     "microbench": (
         lambda p: ["microbench", "--preset", "llmd-fuzz-no-such-preset"],

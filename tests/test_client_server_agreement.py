@@ -9,6 +9,7 @@ from __future__ import annotations
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.experiments import agreement as A
 from llm_diagnose.probes.load.records import RequestRecord
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 
 
 class _Server:
@@ -42,7 +43,7 @@ def test_a_starved_client_that_disagrees_is_the_side_not_to_believe():
     server = _Server(ttft=(0.015, 4))  # the engine says 15 ms; the client saw 50 ms
     pairs, _ = A.compare(RECORDS, server)
     assert not pairs[0].agree
-    starved = f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 40 ms"
+    starved = coded(WarningCode.CLIENT_STARVED, f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 40 ms")
     warning = A.disbelieved(pairs, starved, False)
     assert warning.startswith(Q.CLIENT_STARVED_WARNING) and "believe the server" in warning
     # a client that kept up: the path adds the difference; its ratios stand

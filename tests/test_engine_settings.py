@@ -17,7 +17,8 @@ import shlex
 
 import pytest
 
-from llm_diagnose.diagnose.tree.techniques import CATALOGUE, ENGINE_NAMES, ENGINES, Setting
+from llm_diagnose.diagnose.tree.techniques.catalogue import CATALOGUE
+from llm_diagnose.diagnose.tree.techniques.setting import ENGINE_NAMES, ENGINES, Setting
 
 # Placeholders the settings print, with a value of the right type for the parsers.
 EXAMPLES = {

@@ -20,7 +20,9 @@ import pytest
 from llm_diagnose.diagnose.demo.tiny_model import RECIPE_VERSION, make_tiny_model
 from llm_diagnose.diagnose.demo.vllm_server import TransformersServer
 from llm_diagnose.diagnose.tree.evidence import Evidence, Target
-from llm_diagnose.diagnose.tree.questions import ask_q2, ask_q3, ask_q6
+from llm_diagnose.diagnose.tree.questions.q2_prefix_sharing import ask_q2
+from llm_diagnose.diagnose.tree.questions.q3_mixed_lengths import ask_q3
+from llm_diagnose.diagnose.tree.questions.q6_contention import ask_q6
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.experiments import metrics_reader, run_experiments
@@ -106,7 +108,7 @@ def _active(
 def test_decode_latency_agrees_with_the_servers_inter_token_histogram(small_vllm, tmp_path):
     results = _active(small_vllm, tmp_path, ("decode",))
     p50, server_mean, ratio = (
-        results[k] for k in (Q.ITL_P50, Q.DECODE_SERVER_ITL_MEAN, Q.DECODE_CLIENT_SERVER_ITL_RATIO)
+        results[k] for k in (Q.DECODE_BATCH1_ITL_P50, Q.DECODE_SERVER_ITL_MEAN, Q.DECODE_CLIENT_SERVER_ITL_RATIO)
     )
     assert isinstance(p50, Measurement) and p50.value < 0.5 and p50.n >= 50
     if p50.value < 50e-6:  # the API server, starved of CPU on this shared host, sent tokens in bursts
@@ -279,7 +281,9 @@ def test_prefix_experiment_tells_a_working_cache_and_cannot_be_fooled_by_a_warm_
         assert results[Q.PREFIX_ACTIVE_REPEATED_HIT_RATE].value > 0.6
         assert results[Q.PREFIX_ACTIVE_SALTED_HIT_RATE].value < 0.02  # salted: a warm cache cannot hit
         assert isinstance(results[Q.PREFIX_ACTIVE_TTFT_SPEEDUP], Measurement)
-    assert "counters" in first[Q.PREFIX_ACTIVE_REPEATED_HIT_RATE].note
+    # This server reports cached_tokens (--enable-prompt-tokens-details): the hits are this run's own
+    # requests' (issue 26, item 3), not the server-wide counters, which count every client's prompts.
+    assert "cached_tokens of the responses" in first[Q.PREFIX_ACTIVE_REPEATED_HIT_RATE].note
 
 
 # --- Q3: continuous batching against a one-at-a-time PyTorch server ----------------------------------
@@ -366,9 +370,9 @@ def test_spec_experiment_on_an_engine_without_spec_decoding(small_vllm, tmp_path
     assert per_event.value >= 1.0
     if per_event.value > 1.0:
         assert any("merged the outputs" in w for w in per_event.warnings), per_event.warnings
-    rate = results[Q.SPEC_ACCEPTANCE_RATE]
+    rate = results[Q.SPEC_ACTIVE_ACCEPTANCE_RATE]
     assert not isinstance(rate, Measurement) and "not configured" in rate.reason
-    assert not isinstance(results[Q.SPEC_ACCEPTANCE_LENGTH], Measurement)
+    assert not isinstance(results[Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH], Measurement)
     assert isinstance(results[Q.SPEC_TOKENS_PER_S], Measurement)
 
 
@@ -523,12 +527,14 @@ def test_merged_events_on_an_engine_without_spec_decoding_are_not_read_as_accept
     out = analyse_spec(_ctx(), SpecPlan(), recs, EngineWithoutSpec()).results
     assert out[Q.SPEC_TOKENS_PER_EVENT].value == pytest.approx(1.5)
     assert any("merged the outputs" in w for w in out[Q.SPEC_TOKENS_PER_EVENT].warnings)
+    # Published under the experiment's own name, beside the window's (issue 26, item 1).
+    assert Q.SPEC_ACCEPTANCE_LENGTH not in out
     assert (
-        isinstance(out[Q.SPEC_ACCEPTANCE_LENGTH], NotMeasured)
-        and "not configured" in out[Q.SPEC_ACCEPTANCE_LENGTH].reason
+        isinstance(out[Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH], NotMeasured)
+        and "not configured" in out[Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH].reason
     )
     # Without any counters the same events still give the estimate, marked as an upper bound.
-    estimate = analyse_spec(_ctx(), SpecPlan(), recs, ServerDelta(None, None)).results[Q.SPEC_ACCEPTANCE_LENGTH]
+    estimate = analyse_spec(_ctx(), SpecPlan(), recs, ServerDelta(None, None)).results[Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH]
     assert isinstance(estimate, Measurement) and "upper bound" in estimate.note
 
 

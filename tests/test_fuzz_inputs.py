@@ -1,6 +1,6 @@
 """Fuzzing the commands that read files users bring: `decide` (evidence JSON; `report` and `gate`
 on a run folder holding it too) and `trace` (every trace format, plain and gzipped). Whatever the
-input, the command line answers with a documented exit code (README "Exit codes") and never a
+input, the command line answers with a documented exit code (docs/exit-codes.md) and never a
 traceback.
 
 The CLI entry (llm_diagnose.diagnose.cli.main) runs in-process, so an exception that escapes it fails the
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from llm_diagnose.diagnose.cli import main
 from llm_diagnose.probes.quantities import CATALOGUE
 
-DOCUMENTED_EXIT_CODES = {0, 1, 2, 3, 4, 5, 130}  # README "Exit codes"
+DOCUMENTED_EXIT_CODES = {0, 1, 2, 3, 4, 5, 130}  # docs/exit-codes.md
 # LLMD_FUZZ_EXAMPLES=2000 for a longer hunt; the default keeps the suite quick.
 FUZZ = settings(
     max_examples=int(os.environ.get("LLMD_FUZZ_EXAMPLES", "120")),

@@ -5,31 +5,30 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llm_diagnose.diagnose.gate import (
-    RunData,
-    Statistic,
-    bootstrap_change,
-    compare,
-    compare_diagnoses,
-    compare_metric,
-    statistic_of,
-)
-from llm_diagnose.diagnose.gate_rules import DiagnosisRules, GateRules, MetricRule
+from llm_diagnose.diagnose.compare.change import bootstrap_change
+from llm_diagnose.diagnose.compare.metric import compare_metric
+from llm_diagnose.diagnose.compare.rules import MetricRule
+from llm_diagnose.diagnose.compare.settings import CompareSettings
+from llm_diagnose.diagnose.compare.statistic import Statistic, statistic_of
+from llm_diagnose.diagnose.gate.judge import compare, compare_diagnoses
+from llm_diagnose.diagnose.gate.result import RunData
+from llm_diagnose.diagnose.gate.rules import DiagnosisRules, GateRules
 from llm_diagnose.diagnose.tree import diagnose
 from tests.evidence_builders import build, sampled
 
 RULES = GateRules()
+SETTINGS = CompareSettings()
 
 
 def _lognormal(n: int, median: float, sigma: float, seed: int) -> list[float]:
     return list(np.random.default_rng(seed).lognormal(np.log(median), sigma, n))
 
 
-def _outcome(base_values, cur_values, rule=MetricRule("latency.ttft_p50_s", "lower", 0.10), rules=RULES):
+def _outcome(base_values, cur_values, rule=MetricRule("latency.ttft_p50_s", "lower", 0.10), settings=SETTINGS):
     key = rule.key
     base = build({key: sampled(base_values, "s") if isinstance(base_values, list) else base_values})
     cur = build({key: sampled(cur_values, "s") if isinstance(cur_values, list) else cur_values})
-    return compare_metric(rule, base, cur, rules)
+    return compare_metric(rule, base, cur, settings)
 
 
 def test_the_statistic_is_the_one_the_key_names():
@@ -55,16 +54,16 @@ def test_bootstrap_is_seeded_and_its_interval_covers_the_truth():
 
 
 def test_large_samples_take_the_order_statistic_form_with_the_same_interval():
-    import llm_diagnose.diagnose.gate as gate
+    import llm_diagnose.diagnose.compare.change as change
 
     base, cur = np.array(_lognormal(6000, 1.0, 0.5, 1)), np.array(_lognormal(6000, 1.05, 0.5, 2))
     for stat in (MEDIAN, Statistic("p95", 95.0)):
         fast = bootstrap_change(base, cur, stat, relative=True, resamples=1000)
-        exact_max, gate.EXACT_BOOTSTRAP_MAX = gate.EXACT_BOOTSTRAP_MAX, 10**9
+        exact_max, change.EXACT_BOOTSTRAP_MAX = change.EXACT_BOOTSTRAP_MAX, 10**9
         try:
             exact = bootstrap_change(base, cur, stat, relative=True, resamples=1000)
         finally:
-            gate.EXACT_BOOTSTRAP_MAX = exact_max
+            change.EXACT_BOOTSTRAP_MAX = exact_max
         assert fast[0] == exact[0]
         assert abs((fast[2] - fast[1]) - (exact[2] - exact[1])) < 0.25 * (exact[2] - exact[1]), (stat, fast, exact)
 
@@ -125,8 +124,8 @@ def test_values_without_samples_use_a_plain_tolerance_and_say_so():
 
 def test_missing_measurements():
     rule = MetricRule("latency.ttft_p50_s", "lower")
-    assert compare_metric(rule, build(), build(), RULES).verdict == "skipped"
-    o = compare_metric(rule, build(latency__ttft_p50_s=0.1), build(latency__ttft_p50_s=None), RULES)
+    assert compare_metric(rule, build(), build(), SETTINGS).verdict == "skipped"
+    o = compare_metric(rule, build(latency__ttft_p50_s=0.1), build(latency__ttft_p50_s=None), SETTINGS)
     assert o.verdict == "inconclusive" and "not measured in the current run: not measured in this test" in o.detail
 
 
@@ -290,7 +289,7 @@ def test_a_client_slowdown_the_engine_did_not_see_is_inconclusive_where_a_client
     engine = _lognormal(24, 0.015, 0.3, 1)
     base = _client_and_engine(_lognormal(24, 0.020, 0.3, 2), engine)
     cur = _client_and_engine(_lognormal(24, 0.450, 0.5, 3), _lognormal(24, 0.013, 0.3, 4))
-    o = compare_metric(CLIENT_TTFT, base, cur, RULES)
+    o = compare_metric(CLIENT_TTFT, base, cur, SETTINGS)
     assert o.verdict == "inconclusive", o
     assert "the engine's own latency.ttft_p50_s" in o.detail and "in the current run, ttft: client mean" in o.detail
     assert o.interval is not None and o.interval[0] > 1.0  # the client's interval is still reported
@@ -299,7 +298,7 @@ def test_a_client_slowdown_the_engine_did_not_see_is_inconclusive_where_a_client
 def test_a_client_slowdown_the_engine_saw_too_stands():
     base = _client_and_engine(_lognormal(100, 0.020, 0.2, 2), _lognormal(100, 0.015, 0.2, 1))
     cur = _client_and_engine(_lognormal(100, 0.450, 0.2, 3), _lognormal(100, 0.100, 0.2, 4))
-    o = compare_metric(CLIENT_TTFT, base, cur, RULES)
+    o = compare_metric(CLIENT_TTFT, base, cur, SETTINGS)
     assert o.verdict == "regression" and "the same way" in o.detail, o
 
 
@@ -308,14 +307,14 @@ def test_clients_that_agree_with_their_engines_stand_alone():
     # client's finer samples decide.
     base = _client_and_engine(_lognormal(100, 0.100, 0.1, 2), _lognormal(100, 0.100, 0.1, 1))
     cur = _client_and_engine(_lognormal(100, 0.140, 0.1, 3), _lognormal(100, 0.140, 0.1, 4))
-    o = compare_metric(CLIENT_TTFT, base, cur, RULES)
+    o = compare_metric(CLIENT_TTFT, base, cur, SETTINGS)
     assert o.verdict == "regression" and "engine" not in o.detail, o
 
 
 def test_an_engine_that_counted_other_traffic_is_no_cross_check():
     base = _client_and_engine(_lognormal(24, 0.020, 0.3, 2), _lognormal(24, 0.015, 0.3, 1))
     cur = _client_and_engine(_lognormal(24, 0.450, 0.3, 3), _lognormal(200, 0.013, 0.3, 4))  # 200 observed vs our 24
-    assert compare_metric(CLIENT_TTFT, base, cur, RULES).verdict == "regression"
+    assert compare_metric(CLIENT_TTFT, base, cur, SETTINGS).verdict == "regression"
 
 
 def _tpot_and_itl(tpot_values, itl_values, decode_tokens: int):
@@ -341,8 +340,10 @@ def test_bundled_tokens_are_no_faster_decoding_the_engine_counts_tokens_not_requ
     itl = _lognormal(720, 0.0035, 0.2, 1)
     base = _tpot_and_itl(_lognormal(24, 0.0035, 0.1, 2), itl, 720)
     cur = _tpot_and_itl([0.0] * 24, _lognormal(720, 0.0036, 0.2, 3), 720)
-    o = compare_metric(MetricRule("requests.tpot_p50_s", "lower", 0.10), base, cur, RULES)
+    o = compare_metric(MetricRule("requests.tpot_p50_s", "lower", 0.10), base, cur, SETTINGS)
     assert o.verdict == "inconclusive" and "itl: client mean 0" in o.detail, o
     # Where the client's requests cannot account for what the engine counted, others shared it: no cross-check.
     other = _tpot_and_itl([0.0] * 24, _lognormal(720, 0.0036, 0.2, 3), 100)
-    assert compare_metric(MetricRule("requests.tpot_p50_s", "lower", 0.10), base, other, RULES).verdict == "improvement"
+    assert (
+        compare_metric(MetricRule("requests.tpot_p50_s", "lower", 0.10), base, other, SETTINGS).verdict == "improvement"
+    )

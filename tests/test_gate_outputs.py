@@ -11,8 +11,10 @@ import pytest
 import xmlschema
 
 from llm_diagnose.diagnose.cli import main
-from llm_diagnose.diagnose.gate import RunData, compare, render_junit, render_text
-from llm_diagnose.diagnose.gate_rules import GateRules
+from llm_diagnose.diagnose.gate.judge import compare
+from llm_diagnose.diagnose.gate.render import render_junit, render_text
+from llm_diagnose.diagnose.gate.result import RunData
+from llm_diagnose.diagnose.gate.rules import GateRules
 from llm_diagnose.diagnose.report import markdown
 from llm_diagnose.diagnose.tree import diagnose
 from llm_diagnose.diagnose.tree.evidence import Evidence

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llm_diagnose.diagnose.gate_rules import DEFAULT_METRICS, GateRulesError, load_rules, rules_from_mapping
+from llm_diagnose.diagnose.compare.rules import DEFAULT_METRICS
+from llm_diagnose.diagnose.gate.rules import GateRulesError, load_rules, rules_from_mapping
 
 
 def test_defaults_cover_latency_throughput_memory_and_hit_rates():
@@ -94,7 +95,7 @@ def test_unreadable_rules_files(tmp_path):
 
 
 def test_gate_tolerances_apply_to_rules_that_set_none():
-    from llm_diagnose.diagnose.gate_rules import is_tail, statistic_name
+    from llm_diagnose.diagnose.compare.statistic import is_tail, statistic_name
 
     rules = rules_from_mapping(
         {"gate": {"tolerance": 0.3, "tail_tolerance": 0.6}, "metrics": {"latency.e2e_p50_s": {"tolerance": 0.05}}}
@@ -108,7 +109,7 @@ def test_gate_tolerances_apply_to_rules_that_set_none():
 
 
 def test_a_metric_severity_turns_its_regressions_into_warnings():
-    from llm_diagnose.diagnose.gate import compare_metric
+    from llm_diagnose.diagnose.gate.judge import judge_rule
     from tests.evidence_builders import build
 
     rules = rules_from_mapping(
@@ -116,9 +117,9 @@ def test_a_metric_severity_turns_its_regressions_into_warnings():
     )
     ttft = next(r for r in rules.metrics if r.key == "latency.ttft_p50_s")
     hit = next(r for r in rules.metrics if r.key == "prefix.hit_rate")
-    slow = compare_metric(ttft, build(latency__ttft_p50_s=0.1), build(latency__ttft_p50_s=0.3), rules)
+    slow = judge_rule(ttft, build(latency__ttft_p50_s=0.1), build(latency__ttft_p50_s=0.3), rules)
     assert slow.verdict == "warning" and slow.detail.endswith("(a warning by the rules)")
-    lost = compare_metric(hit, build(prefix__hit_rate=0.9), build(prefix__hit_rate=0.1), rules)
+    lost = judge_rule(hit, build(prefix__hit_rate=0.9), build(prefix__hit_rate=0.1), rules)
     assert lost.verdict == "regression"
     with pytest.raises(GateRulesError, match="gate.severity must be one of"):
         rules_from_mapping({"gate": {"severity": "fatal"}})

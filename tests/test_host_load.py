@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_diagnose.diagnose.gate import compare_metric
-from llm_diagnose.diagnose.gate_rules import GateRules, MetricRule
+from llm_diagnose.diagnose.compare.metric import compare_metric
+from llm_diagnose.diagnose.compare.rules import MetricRule
+from llm_diagnose.diagnose.compare.settings import CompareSettings
 from llm_diagnose.diagnose.host_load import OTHER_LOAD_CHANGE_CORES, host_load_change
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.host_cpu import (
@@ -171,14 +172,14 @@ TPOT = MetricRule("requests.tpot_p50_s", "lower", 0.10)
 
 def test_a_slowdown_while_other_processes_took_the_cpu_is_not_the_change():
     # Seen in CI: the demo's second server decoded 29% slower per token, with its cache working.
-    o = compare_metric(TPOT, _run(0.0032, 0.02, 0.93, 1), _run(0.0041, 0.95, 1.0, 2), GateRules())
+    o = compare_metric(TPOT, _run(0.0032, 0.02, 0.93, 1), _run(0.0041, 0.95, 1.0, 2), CompareSettings())
     assert o.verdict == "inconclusive", o
     assert "other processes on the server's host used 0.02 cores during the baseline and 0.95" in o.detail
     assert "rerun both on a quiet host" in o.detail and o.interval is not None and o.interval[0] > 0.1
 
 
 def test_an_improvement_because_the_others_stopped_is_not_the_change_either():
-    o = compare_metric(TPOT, _run(0.0041, 0.95, 1.0, 1), _run(0.0032, 0.02, 0.93, 2), GateRules())
+    o = compare_metric(TPOT, _run(0.0041, 0.95, 1.0, 1), _run(0.0032, 0.02, 0.93, 2), CompareSettings())
     assert o.verdict == "inconclusive" and "busy in the baseline" in o.detail, o
 
 
@@ -191,7 +192,7 @@ def test_an_improvement_because_the_others_stopped_is_not_the_change_either():
     ],
 )
 def test_the_verdict_stands_where_the_host_did_not_change_under_the_server(base, cur, why):
-    o = compare_metric(TPOT, _run(0.0032, base[0], base[1], 1), _run(0.0041, cur[0], cur[1], 2), GateRules())
+    o = compare_metric(TPOT, _run(0.0032, base[0], base[1], 1), _run(0.0041, cur[0], cur[1], 2), CompareSettings())
     assert o.verdict == "regression", (why, o)
 
 
@@ -209,7 +210,7 @@ def test_a_metric_that_is_not_a_time_ignores_the_host():
 
     base, cur = run(0.9, 0.0), run(0.1, 1.0)
     assert host_load_change(base, cur) is not None
-    assert compare_metric(rule, base, cur, GateRules()).verdict == "regression"
+    assert compare_metric(rule, base, cur, CompareSettings()).verdict == "regression"
 
 
 def _window(target, seconds: float = 1.0):
@@ -276,7 +277,8 @@ def test_a_listener_that_does_no_work_is_no_server_to_subtract():
 
 
 def test_timed_keys_are_the_servers_times_rates_and_queues():
-    from llm_diagnose.diagnose.gate_rules import DEFAULT_METRICS, REQUEST_FAILED_FRACTION
+    from llm_diagnose.diagnose.compare.request_measurements import REQUEST_FAILED_FRACTION
+    from llm_diagnose.diagnose.compare.rules import DEFAULT_METRICS
     from llm_diagnose.diagnose.host_load import host_timed
 
     # Of the gate's defaults, everything but memory, capacity, hit rate and acceptance moves with the
@@ -288,6 +290,7 @@ def test_timed_keys_are_the_servers_times_rates_and_queues():
         Q.KV_CAPACITY_TOKENS,
         Q.PREFIX_HIT_RATE,
         Q.SPEC_ACCEPTANCE_RATE,
+        Q.SPEC_ACTIVE_ACCEPTANCE_RATE,  # the speculative-decoding experiment's, beside the window's
         REQUEST_FAILED_FRACTION,
     }
     for key in (Q.WAITING_MEAN, Q.RUNNING_MEAN, "forward.decode_step_p50_s", Q.SPEC_TOKENS_PER_S):

@@ -1,4 +1,6 @@
-"""Import layers: probes never import diagnose; the decision tree loads no I/O module.
+"""Import layers: probes never import diagnose; the decision tree loads no I/O module; diagnose is
+layered (commands above features, renderers, judges, run folder and tree) and no module imports
+itself round a circle.
 
 Two checks, each shown to fail on a violation:
 - `lint-imports` (contracts in pyproject.toml, run by `make check`) reads the source: every
@@ -26,8 +28,18 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 TREE = "llm_diagnose.diagnose.tree"
 # Probe modules the tree may load: values and statistics, no I/O (each says so in its docstring).
-PURE_PROBES = frozenset({"llm_diagnose.probes.quantities", "llm_diagnose.probes.results", "llm_diagnose.probes.stats"})
+PURE_PROBES = frozenset(
+    {
+        "llm_diagnose.probes.quantities",
+        "llm_diagnose.probes.results",
+        "llm_diagnose.probes.stats",
+        "llm_diagnose.probes.warning_codes",
+    }
+)
 PACKAGES = frozenset({"llm_diagnose", "llm_diagnose.probes", "llm_diagnose.diagnose"})  # docstring-only __init__s
+# Modules of diagnose below the tree (the layers contract): the tolerance registry the techniques'
+# claims read their minimum effects from, and the one TOML reader; no I/O but reading one local file.
+PURE_BELOW_TREE = frozenset({"llm_diagnose.diagnose.tolerances", "llm_diagnose.diagnose.toml_file"})
 # Top-level modules that reach the network, other processes, an event loop or a device.
 IO_MODULES = frozenset(
     {
@@ -76,7 +88,7 @@ def not_pure(loaded: set[str], package: str) -> list[str]:
         m
         for m in loaded
         if m.split(".")[0] == "llm_diagnose"
-        and m not in PURE_PROBES | PACKAGES
+        and m not in PURE_PROBES | PACKAGES | PURE_BELOW_TREE
         and m != package
         and not m.startswith(package + ".")
     }
@@ -132,6 +144,19 @@ def lint_imports(root: Path, contract: str) -> subprocess.CompletedProcess[str]:
             "from llm_diagnose.probes import http",
             "llm_diagnose.diagnose.tree.slo -> llm_diagnose.probes.http",
         ),
+        # Inside diagnose: the tree may not reach up to a renderer, nor the comparison core to a judge.
+        (
+            "diagnose-layers",
+            "diagnose/tree/signals.py",
+            "import llm_diagnose.diagnose.report.console",
+            "llm_diagnose.diagnose.tree.signals -> llm_diagnose.diagnose.report.console",
+        ),
+        (
+            "diagnose-layers",
+            "diagnose/compare/metric.py",
+            "import llm_diagnose.diagnose.gate.judge",
+            "llm_diagnose.diagnose.compare.metric -> llm_diagnose.diagnose.gate.judge",
+        ),
     ],
 )
 def test_each_contract_breaks_on_a_violation(
@@ -145,3 +170,58 @@ def test_each_contract_breaks_on_a_violation(
     assert run.returncode == 1, run.stdout + run.stderr
     assert "BROKEN" in run.stdout
     assert shown in run.stdout
+
+
+def import_cycles(package: str = "llm_diagnose") -> list[list[str]]:
+    """Every set of modules that import each other round in a circle (strongly connected, size > 1),
+    type-checking imports included: a circle only for the type checker is still one to untangle."""
+    import grimp
+
+    graph = grimp.build_graph(package, include_external_packages=False)
+    modules = sorted(m for m in graph.modules if m.split(".")[0] == package)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for m in modules:
+        if m not in index:
+            visit(m)
+    return found
+
+
+def test_no_module_imports_itself_round_a_circle() -> None:
+    assert import_cycles() == []
+
+
+def test_the_circle_check_finds_a_circle(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "circle_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from circle_pkg import b\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from circle_pkg import a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_cycles("circle_pkg") == [["circle_pkg.a", "circle_pkg.b"]]

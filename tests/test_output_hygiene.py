@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from llm_diagnose.diagnose.cli import main
-from llm_diagnose.diagnose.report.control_chars import escape_controls, escape_controls_in_json
+from llm_diagnose.diagnose.text.control_chars import escape_controls, escape_controls_in_json
 from llm_diagnose.probes.http import redact_url
 from tests.test_metrics_safety import VLLM_PAGE, ThreadedFake
 

@@ -12,8 +12,8 @@ from markdown_it import MarkdownIt
 from llm_diagnose.diagnose.cli import main
 from llm_diagnose.diagnose.report import content as report_content
 from llm_diagnose.diagnose.report import figures, html, markdown, svg
-from llm_diagnose.diagnose.report.content import format_value
 from llm_diagnose.diagnose.runfolder import RunFolder
+from llm_diagnose.diagnose.text.values import format_value
 from llm_diagnose.diagnose.tree import diagnose
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence, Target

@@ -236,7 +236,7 @@ def test_figures_without_data_say_not_measured_and_why(tmp_path):
     run_dir.mkdir()
     evidence = rich_evidence()
     (run_dir / "diagnosis.json").write_text(diagnose(evidence).to_json(), encoding="utf-8")
-    from llm_diagnose.diagnose.commands.report import load_run
+    from llm_diagnose.diagnose.runfolder import load_run
 
     loaded = load_run(run_dir / "diagnosis.json")  # no evidence.json beside it: nothing to plot
     page = tmp_path / "bare.html"

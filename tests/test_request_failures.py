@@ -12,10 +12,11 @@ import random
 from pathlib import Path
 
 from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.compare.request_measurements import REQUEST_FAILED_FRACTION
 from llm_diagnose.diagnose.errors import ExitCode
-from llm_diagnose.diagnose.gate import FAILURE_CEILING, compare
-from llm_diagnose.diagnose.gate_result import RunData
-from llm_diagnose.diagnose.gate_rules import REQUEST_FAILED_FRACTION, GateRules, rules_from_mapping
+from llm_diagnose.diagnose.gate.judge import FAILURE_CEILING, compare
+from llm_diagnose.diagnose.gate.result import RunData
+from llm_diagnose.diagnose.gate.rules import GateRules, rules_from_mapping
 from llm_diagnose.diagnose.report import console, html, markdown
 from llm_diagnose.diagnose.runfolder import REQUESTS
 from llm_diagnose.diagnose.tree import diagnose

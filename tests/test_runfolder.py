@@ -10,10 +10,11 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from llm_diagnose.diagnose.cli import main
+from llm_diagnose.diagnose.compare.request_measurements import request_measurements
 from llm_diagnose.diagnose.errors import ExitCode
-from llm_diagnose.diagnose.gate import request_measurements
 from llm_diagnose.diagnose.runfolder import EVENTS, REQUESTS, RunFolder, RunFolderError
 from llm_diagnose.probes.load.records import read_records
+from llm_diagnose.probes.runfiles import LineSchemaError
 from tests.test_gate_outputs import SCHEMA as JUNIT_SCHEMA
 from tests.test_report_samples import rich_evidence, write_run
 
@@ -105,11 +106,20 @@ def test_evidence_of_another_version_is_one_line_exit_2(tmp_path, capsys):
     assert "this tool reads version 1" in _error_line(capsys.readouterr().err)
 
 
-def test_the_probes_lenient_reader_still_skips_what_the_run_folder_refuses(tmp_path):
+def test_the_probes_reader_counts_damaged_lines_and_refuses_another_schema(tmp_path):
+    # Issue 23: read_records used to drop both silently (`plan` read through it); it is the one
+    # requests.jsonl reader now, under RunFolder too.
     folder = write_run(tmp_path / "run", rich_evidence())
+    with open(folder / REQUESTS, "ab") as fh:
+        fh.write(b"\n" + DAMAGED)
+    read = read_records(folder)
+    assert len(read) == 40 and (read.lines.kept, read.lines.skipped) == (40, 4)  # as RunFolder counts them
     with open(folder / REQUESTS, "a", encoding="utf-8") as fh:
-        fh.write("\n" + OTHER_SCHEMA)
-    assert len(list(read_records(folder))) == 40
+        fh.write(OTHER_SCHEMA)
+    with pytest.raises(LineSchemaError) as refused:
+        read_records(folder)
+    line_of_it = (folder / REQUESTS).read_bytes().count(b"\n")
+    assert refused.value.number == line_of_it and "request_id" in refused.value.why
 
 
 def test_gate_reports_the_skipped_lines_in_every_output(tmp_path, capsys):

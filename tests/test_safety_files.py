@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from llm_diagnose.diagnose.cli import main
-from llm_diagnose.diagnose.collect import RunPlan, evidence_from_scrapes, finish_run, window_restarts
+from llm_diagnose.diagnose.collect import RunPlan, finish_run, window_restarts
+from llm_diagnose.diagnose.runfolder import evidence_from_scrapes
 from llm_diagnose.diagnose.tree.evidence import INVALID_PREFIX, Evidence, EvidenceError
 from llm_diagnose.probes.load.records import JsonlWriter
 from llm_diagnose.probes.metrics.window import Window

@@ -16,8 +16,8 @@ import math
 
 import pytest
 
-from llm_diagnose.probes import experiments as E
 from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.experiments import runner as E
 from llm_diagnose.probes.experiments.calibration import calibration_from
 from llm_diagnose.probes.experiments.common import ExperimentContext
 from llm_diagnose.probes.experiments.plan import (
@@ -345,12 +345,29 @@ class _StandInDriver:
         return request_id
 
 
+# The safety timeout fires GRACE_S after the budget's deadline (less the later experiments' reserve:
+# none here), not after the experiment's own 1 s one. On a 60 s budget an overrun waited 62 s of
+# real time; 1.5 s keeps that slack past the experiment's deadline and brings the overrun at 3.5 s.
+OVERRUN_BUDGET = ActiveBudget(100, 1.5)
+# The stand-in hangs for an hour where told to: an attempt that the safety timeout does not end
+# fails here instead of hanging the suite (ten times the 3.5 s it takes, for a busy host).
+HANG_GUARD_S = 35.0
+
+
+async def _attempt_bounded(plan: DecodePlan, ctx: ExperimentContext, guard: BudgetGuard):
+    try:
+        async with asyncio.timeout(HANG_GUARD_S):
+            return await E._attempt("decode", plan, ctx, guard, _Client(), TargetHost(True))  # type: ignore[arg-type]
+    except TimeoutError:
+        pytest.fail(f"the attempt was not ended by its safety timeout within {HANG_GUARD_S:g} s")
+
+
 def _attempt(tmp_path, driver_kw: dict, plan: DecodePlan, metrics=None):
     events = JsonlWriter(tmp_path / "events.jsonl")
-    guard = BudgetGuard(ActiveBudget(100, 60))
+    guard = BudgetGuard(OVERRUN_BUDGET)
     driver = _StandInDriver(guard, **driver_kw)
     ctx = ExperimentContext(driver, PromptMaker(), "test", "completions", events, metrics)  # type: ignore[arg-type]
-    outcome, _, _ = asyncio.run(E._attempt("decode", plan, ctx, guard, _Client(), TargetHost(True)))  # type: ignore[arg-type]
+    outcome, _, _ = asyncio.run(_attempt_bounded(plan, ctx, guard))
     events.close()
     return outcome, ctx, driver
 
@@ -360,7 +377,7 @@ def test_batch_one_survives_when_a_later_decode_phase_overruns(tmp_path):
     'not measured', batch 1 included. Now batch 1, done before the overrun, keeps its figures."""
     plan = DecodePlan(batch1_requests=3, output_tokens=20, concurrency_levels=(2,), time_cap_s=1.0, closing_s=0.2)
     outcome, ctx, _ = _attempt(tmp_path, {"hang_phases": ("concurrency-2",), "stuck_stop": "concurrency"}, plan)
-    p50 = outcome.results[Q.ITL_P50]
+    p50 = outcome.results[Q.DECODE_BATCH1_ITL_P50]
     assert isinstance(p50, Measurement) and p50.value == pytest.approx(0.002) and p50.n == 3 * 19
     growth = outcome.results[Q.DECODE_ITL_GROWTH]
     assert isinstance(growth, NotMeasured) and "did not finish within its 1 s deadline" in growth.reason
@@ -380,7 +397,7 @@ def test_a_phase_overrun_with_nothing_completed_says_so(tmp_path):
     outcome, _, driver = _attempt(tmp_path, {}, plan, metrics)
     assert not driver.records
     assert all(isinstance(r, NotMeasured) for r in outcome.results.values())
-    assert "did not finish within its 1 s deadline" in outcome.results[Q.ITL_P50].reason
+    assert "did not finish within its 1 s deadline" in outcome.results[Q.DECODE_BATCH1_ITL_P50].reason
 
 
 def test_the_closing_batch_one_is_stopped_at_the_phase_deadline_and_kept(tmp_path):
@@ -393,4 +410,4 @@ def test_the_closing_batch_one_is_stopped_at_the_phase_deadline_and_kept(tmp_pat
     closing = driver.records_of("decode", "batch-1-after")
     assert closing and closing[0].fault is FaultKind.STOPPED_BY_CLIENT and "deadline" in closing[0].fault_detail
     assert isinstance(outcome.results[Q.DECODE_ITL_GROWTH], Measurement)
-    assert math.isfinite(outcome.results[Q.ITL_P50].value)
+    assert math.isfinite(outcome.results[Q.DECODE_BATCH1_ITL_P50].value)

@@ -20,7 +20,7 @@ from llm_diagnose.diagnose.report import content as report_content
 from llm_diagnose.diagnose.tree import diagnose
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
-from llm_diagnose.diagnose.tree.questions import ASK
+from llm_diagnose.diagnose.tree.questions.catalogue import ASK
 from llm_diagnose.diagnose.tree.slo import SLO, Objective, SLOError
 from llm_diagnose.diagnose.tree.thresholds import Thresholds, ThresholdsError
 from tests.evidence_builders import build, sampled
@@ -355,7 +355,7 @@ def test_run_judges_an_objective_from_real_measured_gaps(vllm_server, tmp_path, 
     _, stderr = capsys.readouterr()
     assert code == 0, stderr
     evidence = Evidence.from_json((out / "evidence.json").read_text())
-    p99 = evidence.measurement("decode.itl_p99_s")
+    p99 = evidence.measurement("decode.batch1_itl_p99_s")  # the experiment's, beside the engine's decode.itl_p99_s
     assert p99 is not None and p99.samples, "the decode experiment keeps every gap"
     saved = Diagnosis.from_dict(json.loads((out / "diagnosis.json").read_text()))
     by_key = {c.objective.key: c for c in saved.slo_checks}

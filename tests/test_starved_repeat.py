@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from llm_diagnose.probes import experiments as E
 from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.experiments import runner as E
 from llm_diagnose.probes.experiments.common import ExperimentContext, ExperimentOutcome
 from llm_diagnose.probes.experiments.plan import HeterogeneityPlan
 from llm_diagnose.probes.load.budget import ActiveBudget, BudgetGuard
@@ -27,6 +27,7 @@ from llm_diagnose.probes.load.prompts import PromptMaker
 from llm_diagnose.probes.load.records import JsonlWriter
 from llm_diagnose.probes.load.runner import Driver
 from llm_diagnose.probes.results import Measurement, Provenance
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 
 PROV = Provenance(method="test", source="test")
 
@@ -87,7 +88,11 @@ def _run(monkeypatch, tmp_path, starved_attempts: set[int], budget: ActiveBudget
         return ExperimentOutcome({Q.SHORT_WAIT_FOR_LONG: value}, median_gap_s=0.020)
 
     def starved(self, scale):  # the verdict of each attempt, fixed by the test
-        return f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 30 ms" if len(attempts) in starved_attempts else None
+        return (
+            coded(WarningCode.CLIENT_STARVED, f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 30 ms")
+            if len(attempts) in starved_attempts
+            else None
+        )
 
     monkeypatch.setitem(E._RUNNERS, "heterogeneity", stand_in)
     monkeypatch.setattr(ClientHealth, "starved", starved)

@@ -198,6 +198,24 @@ def test_the_bound_grows_with_the_slowest_first_token_seen():
     assert hung.t_end is not None and hung.t_end >= bound
 
 
+def test_a_first_request_may_wait_longer_for_its_first_token_inside_a_raised_floor():
+    # The calibration request: nothing is known of the server yet, and a fresh CPU vLLM serving
+    # another client's streams held its first token past the 5 s floor (issue 26's live test).
+    async def test(url: str) -> tuple[RequestRecord, RequestRecord, float]:
+        async with StreamingClient(url, "fake", timeouts=StreamTimeouts(no_progress_s=0.5, idle_s=30)) as client:
+            with client.no_progress_floor(3.0):
+                inside = await client.send(RequestSpec("first", "first-after:1.2", 100))
+            after = client.timeouts.no_progress_s
+            cut = await client.send(RequestSpec("hung", "nothing", 100))
+            return inside, cut, after
+
+    inside, cut, after = asyncio.run(_with_engine(test))
+    assert inside.completed and inside.ttft_s is not None and inside.ttft_s >= 1.2, inside.fault_detail
+    assert after == 0.5  # the floor is the client's own again once the block ends
+    # ... and then grows with the first token it saw (4 x 1.2 s), as for any stream.
+    assert cut.fault is FaultKind.NO_PROGRESS and cut.t_end is not None and cut.t_end >= 4 * 1.2
+
+
 def test_a_stream_queued_behind_flowing_streams_is_not_no_progress():
     """Headers and no token while another stream of the client flows: queued behind it (a
     one-at-a-time server), not hung. Once nothing flows for the bound, it is no-progress."""

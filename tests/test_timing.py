@@ -28,8 +28,8 @@ from llm_diagnose.probes.timing import (
     is_active,
     select_timer,
 )
-from llm_diagnose.probes.timing.core import busy_wait
 from llm_diagnose.probes.timing.cuda_graph import MIN_REPLAY_S
+from tests.busy_wait import busy_wait
 
 
 class FakeClock:

@@ -11,7 +11,8 @@ import pytest
 
 from llm_diagnose.diagnose.cli import main
 from llm_diagnose.diagnose.tree.evidence import Evidence
-from llm_diagnose.probes.traces import analyze_trace, synthetic
+from llm_diagnose.probes.traces import analyze_trace
+from tests import trace_synthetic as synthetic
 
 
 def _run(capsys, *argv):

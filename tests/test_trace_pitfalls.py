@@ -8,8 +8,9 @@ import pytest
 
 from llm_diagnose.diagnose.trace_findings import trace_findings
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
-from llm_diagnose.probes.traces import analyze_trace, synthetic
+from llm_diagnose.probes.traces import analyze_trace
 from llm_diagnose.probes.traces.pitfalls import classify_varying
+from tests import trace_synthetic as synthetic
 
 
 def _findings(a):

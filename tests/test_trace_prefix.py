@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 
 from llm_diagnose.diagnose.trace_findings import trace_findings
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
-from llm_diagnose.probes.traces import analyze_trace, synthetic
+from llm_diagnose.probes.traces import analyze_trace
 from llm_diagnose.probes.traces.hashing import Groups, chained_block_hashes
 from llm_diagnose.probes.traces.hashset import SortedRunSet
 from llm_diagnose.probes.traces.lru import LruBlockCache, count_earlier_greater
 from llm_diagnose.probes.traces.prefix import PrefixAnalyzer, leading_run
-from llm_diagnose.probes.traces.reference import reference_prefix_hits
 from llm_diagnose.probes.traces.seen import SeenHashes, SeenIds, first_positions
+from tests import trace_synthetic as synthetic
+from tests.trace_reference import reference_prefix_hits
 
 
 def _fast_hits(

@@ -7,7 +7,14 @@ import json
 
 import pytest
 
-from llm_diagnose.probes.traces import EmptyTraceError, TraceFormatError, TraceLineError, analyze_trace, detect_format
+from llm_diagnose.probes.traces import (
+    EmptyTraceError,
+    TraceFormatError,
+    TraceLineError,
+    analyze_trace,
+    detect_format,
+    trace_evidence,
+)
 from llm_diagnose.probes.traces.readers import read_trace
 from llm_diagnose.probes.traces.records import LineLog
 
@@ -202,7 +209,7 @@ def test_tokenizer_directory_gives_exact_counts(tmp_path):
     path = _jsonl(tmp_path / "t.jsonl", [{"prompt": "hello there world"}, {"prompt": "hello world"}])
     a = analyze_trace(path, tokenizer=str(model_dir))
     assert a.tokenizer_exact and a.input_tokens.max == 3 and a.input_tokens.count == 2
-    items = a.evidence_items()
+    items = trace_evidence(a)
     assert not items["inputs.length_p50"].warnings
 
 
@@ -325,7 +332,8 @@ def test_numpy_reader_of_hash_ids_reads_what_json_reads(tmp_path, seed, odd_shar
 def test_hash_id_analysis_is_the_same_through_json(tmp_path, monkeypatch):
     import random
 
-    from llm_diagnose.probes.traces import readers, synthetic
+    from llm_diagnose.probes.traces import readers
+    from tests import trace_synthetic as synthetic
 
     path = tmp_path / "m.jsonl"
     synthetic.mooncake_hash_ids(path, n=5000, groups=30, shared_blocks=3)

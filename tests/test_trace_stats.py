@@ -7,9 +7,10 @@ import pytest
 
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Measurement, NotMeasured, Summary
-from llm_diagnose.probes.traces import analyze_trace, synthetic
+from llm_diagnose.probes.traces import analyze_trace, trace_evidence
 from llm_diagnose.probes.traces.arrivals import arrival_stats, timestamp_resolution
 from llm_diagnose.probes.traces.lengths import LengthHistogram, length_stats
+from tests import trace_synthetic as synthetic
 
 
 def _hist(values):
@@ -89,7 +90,7 @@ def test_concurrency_from_completion_times():
 def test_evidence_items_use_catalogue_keys_and_holes(tmp_path):
     path = tmp_path / "az.csv"
     synthetic.lengths_csv(path, n=500)
-    items = analyze_trace(path).evidence_items()
+    items = trace_evidence(analyze_trace(path))
     assert isinstance(items[Q.OUTPUT_LEN_CV], Measurement) and items[Q.OUTPUT_LEN_CV].unit == "ratio"
     assert items[Q.OUTPUT_LEN_P50].summary is not None
     assert items[Q.OUTPUT_LEN_P50].provenance.method == "trace-analysis"
@@ -103,7 +104,7 @@ def test_evidence_items_use_catalogue_keys_and_holes(tmp_path):
 def test_approximate_tokens_are_marked_in_evidence(tmp_path):
     path = tmp_path / "iso.jsonl"
     synthetic.dynamic_text_prompts(path, n=30)
-    items = analyze_trace(path).evidence_items()
+    items = trace_evidence(analyze_trace(path))
     for key in (Q.PREFIX_POTENTIAL, Q.DYNAMIC_PREFIX_FRACTION, Q.INPUT_LEN_P50):
         assert any("approximation" in w for w in items[key].warnings), key
     assert isinstance(items[Q.PREFIX_AT_CAPACITY], NotMeasured)

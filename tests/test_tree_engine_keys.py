@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llm_diagnose.diagnose.tree.questions import ASK
+from llm_diagnose.diagnose.tree.questions.catalogue import ASK
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes.metrics import passive_evidence
 from tests.test_metrics_parse import page, window_of

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from llm_diagnose.diagnose.tree.questions import ASK
+from llm_diagnose.diagnose.tree.questions.catalogue import ASK
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Measurement
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 from tests.evidence_builders import LIVE_PROV, PROV, build, live, sampled
 
 TH = Thresholds()
@@ -265,11 +266,25 @@ def test_no_live_verdict_from_a_single_probe_or_a_starved_client():
     assert single.summary is None
     a = ASK["Q3"](build({"batching.short_request_slowdown": single}), TH)
     assert (a.answer, a.verdict) == ("unknown", "inconclusive") and "too few for an interval" in a.rationale
-    starved = live(3.0, 2.8, 3.2, warnings=(f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 444 ms",))
+    starved = live(
+        3.0,
+        2.8,
+        3.2,
+        warnings=(coded(WarningCode.CLIENT_STARVED, f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 444 ms"),),
+    )
     a = ASK["Q3"](build({"batching.short_request_slowdown": starved}), TH)
     assert (a.answer, a.verdict) == ("unknown", "inconclusive") and "event-loop lag p99 444 ms" in a.rationale
     # ... and a starved client's measurement is no evidence for "no" either
-    a = ASK["Q6"](build({"interference.itl_inflation": live(1.0, 0.9, 1.1, warnings=(Q.CLIENT_STARVED_WARNING,))}), TH)
+    a = ASK["Q6"](
+        build(
+            {
+                "interference.itl_inflation": live(
+                    1.0, 0.9, 1.1, warnings=(coded(WarningCode.CLIENT_STARVED, Q.CLIENT_STARVED_WARNING),)
+                )
+            }
+        ),
+        TH,
+    )
     assert a.verdict == "inconclusive"
 
 
@@ -283,7 +298,12 @@ def test_threshold_override_moves_the_boundary(tmp_path):
 
 
 def test_a_starved_clients_token_gaps_are_no_evidence_of_slow_decode():
-    starved = Measurement(0.4, "s", PROV, warnings=(f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 300 ms",))
+    starved = Measurement(
+        0.4,
+        "s",
+        PROV,
+        warnings=(coded(WarningCode.CLIENT_STARVED, f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 300 ms"),),
+    )
     a = ASK["Q5"](build({"decode.itl_p50_s": starved, "decode.itl_p99_s": 0.9}), TH)
     assert (a.answer, a.verdict) == ("unknown", "inconclusive") and "lag p99 300 ms" in a.rationale
     assert ASK["Q5"](build({"decode.itl_p50_s": 0.4}), TH).answer == "yes"  # the same figure, believed
@@ -293,3 +313,15 @@ def test_a_figure_from_another_probe_is_judged_on_its_value():
     # the in-process PyTorch probe's slowdown (latency over step-time ratio) carries no interval
     probe = Measurement(46.3, "ratio", PROV)
     assert ASK["Q3"](build({"batching.short_request_slowdown": probe}), TH).verdict == "short-waits-for-long"
+
+
+def test_the_walk_asks_every_question_of_the_diagnosis_once_in_its_order():
+    """The ordered tuple of question modules is the diagnosis's list of questions; each answers
+    under its own id and title, and only those that take the SLO are handed one."""
+    from llm_diagnose.diagnose.tree.diagnosis import QUESTIONS as IDS
+    from llm_diagnose.diagnose.tree.questions.catalogue import QUESTIONS, SLO_QUESTIONS, ask_all
+
+    assert tuple(q.id for q in QUESTIONS) == IDS
+    assert sorted(SLO_QUESTIONS) == ["OB", "Q5", "Q6"]
+    answers = ask_all(build({}), TH)
+    assert [(a.question, a.title) for a in answers] == [(q.id, q.title) for q in QUESTIONS]

@@ -8,7 +8,7 @@ import pytest
 from llm_diagnose.diagnose.tree import diagnose
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, TECHNIQUES
 from llm_diagnose.diagnose.tree.pitfalls import check_all
-from llm_diagnose.diagnose.tree.questions import ask_all
+from llm_diagnose.diagnose.tree.questions.catalogue import ask_all
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from tests.evidence_builders import build
 
@@ -621,5 +621,6 @@ def test_a_near_idle_live_window_is_nothing_measured_even_with_one_requests_itl(
     assert d.answer("Q1").verdict == "untested" and d.answer("Q5").answer == "no"
     assert d.headline_kind == "nothing-measured" and "near-idle" in d.bottleneck
     active = Provenance("active-probe/decode", "http://127.0.0.1:8000")
-    d = diagnose(build({**items, "decode.itl_p50_s": Measurement(0.02, "s", active)}), TH)
+    # The decode experiment's figure beside the window's (issue 26, item 1): Q5 reads the experiment's.
+    d = diagnose(build({**items, "decode.batch1_itl_p50_s": Measurement(0.02, "s", active)}), TH)
     assert d.headline_kind == "none-found"

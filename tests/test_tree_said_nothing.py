@@ -13,6 +13,7 @@ from llm_diagnose.diagnose.tree.slo import SLO
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Measurement, Provenance
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 from tests.evidence_builders import PROV, build
 from tests.scenarios.engines import setting
 
@@ -134,7 +135,12 @@ def test_pipeline_judged_by_a_broken_ttft_objective_when_no_token_gaps_were_meas
 # --- the engine's own hit-rate figure -----------------------------------------------------------
 def _figure(value: float) -> Measurement:
     gauge = Provenance("prometheus-gauge-samples", "sglang:cache_hit_rate", PROV.taken_at)
-    return Measurement(value, "fraction", gauge, warnings=(f"{Q.ENGINE_HIT_RATE_WARNING}: mean of its readings",))
+    return Measurement(
+        value,
+        "fraction",
+        gauge,
+        warnings=(coded(WarningCode.ENGINE_GAUGE, f"{Q.ENGINE_HIT_RATE_WARNING}: mean of its readings"),),
+    )
 
 
 def _counted(value: float) -> Measurement:

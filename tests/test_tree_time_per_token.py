@@ -15,6 +15,7 @@ from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.diagnose.tree.time_per_token import decompose
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Measurement, Provenance
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 from tests.evidence_builders import build
 
 TH = Thresholds()
@@ -29,7 +30,7 @@ def timed(seconds: float, method: str) -> Measurement:
 # in-process eager step (CPU clock, Python dispatch included) 1.39 ms at batch 1, and vLLM's served
 # inter-token gap about 2 ms (the decode experiment's one-at-a-time streams).
 TINY = {
-    Q.ITL_P50: Measurement(0.002, "s", DECODE_EXPERIMENT),
+    Q.DECODE_BATCH1_ITL_P50: Measurement(0.002, "s", DECODE_EXPERIMENT),
     Q.decode_floor_key(1): timed(0.00006, "roofline"),
     Q.decode_step_latency_key(1): timed(0.00139, "cpu-timer"),
     Q.decode_eager_step_latency_key(1): timed(0.00139, "cpu-timer"),
@@ -170,9 +171,14 @@ def test_gaps_a_starved_client_read_in_bunches_give_way_to_the_engines_own_itl()
     # CI, a 99%-busy host: the client's batch-1 median was 0 (67% of gaps under 50 us); vLLM's own
     # mean ITL over the same phase was 6.4 ms. Zero is no time per token, and a floor above it no mismatch.
     decode = Provenance("active-probe/decode", "test")
-    starved = Measurement(0.0, "s", decode, warnings=(f"{Q.CLIENT_STARVED_WARNING}: its event loop stalled",))
+    starved = Measurement(
+        0.0,
+        "s",
+        decode,
+        warnings=(coded(WarningCode.CLIENT_STARVED, f"{Q.CLIENT_STARVED_WARNING}: its event loop stalled"),),
+    )
     ev = {
-        Q.ITL_P50: starved,
+        Q.DECODE_BATCH1_ITL_P50: starved,
         Q.DECODE_SERVER_ITL_MEAN: 0.0064,
         Q.decode_floor_key(1): timed(0.00006, "roofline"),
         "config.spec_decode": False,
@@ -180,15 +186,15 @@ def test_gaps_a_starved_client_read_in_bunches_give_way_to_the_engines_own_itl()
     d = decompose(Reading(build(ev), TH))
     assert d.served_s == 0.0064 and "engine's own mean ITL" in d.served_basis and "starved" in d.served_basis, d
     assert d.step_kind == "roofline floor" and not d.mismatch, d.text()
-    bunched = decompose(Reading(build({**ev, Q.ITL_P50: Measurement(0.0, "s", decode)}), TH))
+    bunched = decompose(Reading(build({**ev, Q.DECODE_BATCH1_ITL_P50: Measurement(0.0, "s", decode)}), TH))
     assert bunched.served_s == 0.0064 and "bunched" in bunched.served_basis, bunched.served_basis
 
 
 def test_a_starved_clients_slow_tokens_stand_where_the_engines_own_itl_says_as_much():
     decode = Provenance("active-probe/decode", "test")
-    starved = (f"{Q.CLIENT_STARVED_WARNING}: event-loop lag p99 47.8 ms",)
+    starved = (coded(WarningCode.CLIENT_STARVED, f"{Q.CLIENT_STARVED_WARNING}: event-loop lag p99 47.8 ms"),)
     ev = {
-        Q.ITL_P50: Measurement(0.0074, "s", decode, warnings=starved),
+        Q.DECODE_BATCH1_ITL_P50: Measurement(0.0074, "s", decode, warnings=starved),
         Q.DECODE_SERVER_ITL_MEAN: 0.0078,
         "config.spec_decode": False,
     }
@@ -205,7 +211,7 @@ def test_a_median_of_bunched_gaps_meets_no_objective():
     # time per token it met a 3.4 ms objective. The engine's own mean ITL over the phase (6.8 ms) stands in.
     decode = Provenance("active-probe/decode", "test")
     ev = {
-        Q.ITL_P50: Measurement(0.0, "s", decode, samples=(0.0,) * 120 + (0.004,) * 69),
+        Q.DECODE_BATCH1_ITL_P50: Measurement(0.0, "s", decode, samples=(0.0,) * 120 + (0.004,) * 69),
         Q.DECODE_SERVER_ITL_MEAN: 0.0068,
         "config.spec_decode": False,
     }

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from llm_diagnose.diagnose.cli import main
-from llm_diagnose.diagnose.commands.report import load_run
 from llm_diagnose.diagnose.errors import ExitCode
-from llm_diagnose.diagnose.runfolder import REQUESTS
+from llm_diagnose.diagnose.runfolder import REQUESTS, load_run
 from llm_diagnose.diagnose.tree import diagnose
 from llm_diagnose.diagnose.verify.bracket import verify_bracketed
 from llm_diagnose.diagnose.verify.judge import RunSide, config_diff, identify_adopted, verify
@@ -511,7 +510,7 @@ def test_not_comparable_outputs_carry_the_reason_and_no_claims(tmp_path, before)
 
 
 def test_a_server_without_prefix_caching_had_zero_hits_not_an_unknown_hit_rate():
-    from llm_diagnose.diagnose.gate_rules import GateSettings
+    from llm_diagnose.diagnose.compare.settings import CompareSettings
     from llm_diagnose.diagnose.verify.claims import claims_for
     from llm_diagnose.diagnose.verify.judge import judge_claim
     from llm_diagnose.probes.results import Measurement, Provenance
@@ -521,7 +520,7 @@ def test_a_server_without_prefix_caching_had_zero_hits_not_an_unknown_hit_rate()
     before = build({"config.prefix_caching": False, "prefix.hit_rate": None})
     hit = Measurement(0.88, "fraction", Provenance("test", "test"))
     after = build({"config.prefix_caching": True, "prefix.hit_rate": hit})
-    r = judge_claim("prefix-caching", claim, before, after, GateSettings())
+    r = judge_claim("prefix-caching", claim, before, after, CompareSettings())
     assert r.verdict == "delivered" and "so 0 hits" in r.basis
     unknown = build({"prefix.hit_rate": None})  # caching state unknown: no zero is assumed
-    assert judge_claim("prefix-caching", claim, unknown, after, GateSettings()).verdict == "cannot-tell"
+    assert judge_claim("prefix-caching", claim, unknown, after, CompareSettings()).verdict == "cannot-tell"

@@ -1,5 +1,5 @@
 """The claims verify judges are the promises each technique's `expect` text makes: same keys,
-same directions, so the text shown to users and the claims judged cannot drift apart."""
+same directions (the text is generated from the claims: this reads it back as a user would)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from llm_diagnose.diagnose.tree.techniques import CATALOGUE
+from llm_diagnose.diagnose.tree.techniques.catalogue import CATALOGUE
 from llm_diagnose.diagnose.verify.claims import ADOPTION, CLAIMS, REFERENCES, SWITCHES, Claim
 from llm_diagnose.diagnose.verify.judge import judge_interval
 from llm_diagnose.probes import quantities as Q
@@ -89,7 +89,7 @@ def test_a_client_change_the_engine_did_not_see_is_not_the_techniques_doing():
     made-it-worse (test_change_verified_live: +137% in CI; here +2541% client, -20% engine)."""
     import numpy as np
 
-    from llm_diagnose.diagnose.gate_rules import GateSettings
+    from llm_diagnose.diagnose.compare.settings import CompareSettings
     from llm_diagnose.diagnose.verify.judge import judge_claim
     from llm_diagnose.probes.results import Measurement, Summary
     from tests.evidence_builders import PROV, build, sampled
@@ -104,7 +104,7 @@ def test_a_client_change_the_engine_did_not_see_is_not_the_techniques_doing():
             }
         )
 
-    r = judge_claim("prefix-caching", DOWN, run(0.020, 1), run(0.450, 2), GateSettings())
+    r = judge_claim("prefix-caching", DOWN, run(0.020, 1), run(0.450, 2), CompareSettings())
     assert r.verdict == "cannot-tell", r
     assert "the engine's own" in r.basis and "in AFTER" in r.basis, r.basis
 
@@ -112,7 +112,7 @@ def test_a_client_change_the_engine_did_not_see_is_not_the_techniques_doing():
 def test_values_without_samples_follow_the_host_rule_too():
     """A claim judged on plain values (no samples, no summaries: a passive run's gauge) that the
     gate withheld because the host changed under the server is cannot-tell, not made-it-worse."""
-    from llm_diagnose.diagnose.gate_rules import GateSettings
+    from llm_diagnose.diagnose.compare.settings import CompareSettings
     from llm_diagnose.diagnose.verify.judge import judge_claim
     from llm_diagnose.probes.results import Measurement
     from tests.evidence_builders import PROV, build
@@ -126,8 +126,8 @@ def test_values_without_samples_follow_the_host_rule_too():
             }
         )
 
-    r = judge_claim("prefix-caching", DOWN, run(0.020, 0.0), run(0.040, 1.0), GateSettings())
+    r = judge_claim("prefix-caching", DOWN, run(0.020, 0.0), run(0.040, 1.0), CompareSettings())
     assert r.verdict == "cannot-tell" and "other processes on the server's host" in r.basis, r
-    assert judge_claim("prefix-caching", DOWN, run(0.020, 0.0), run(0.040, 0.05), GateSettings()).verdict == (
+    assert judge_claim("prefix-caching", DOWN, run(0.020, 0.0), run(0.040, 0.05), CompareSettings()).verdict == (
         "made-it-worse"
     )

@@ -27,7 +27,7 @@ from llm_diagnose.probes.http import make_session
 from llm_diagnose.probes.metrics import ENGINE_METRICS, Window, passive_evidence, scrape_window, window_tally
 from llm_diagnose.probes.metrics import scrape_file as scrape_file_module
 from llm_diagnose.probes.metrics.engines import Sel
-from llm_diagnose.probes.metrics.passive_context import reset_warning
+from llm_diagnose.probes.metrics.passive.context import reset_warning
 from llm_diagnose.probes.metrics.scrape_file import ScrapeFile
 from llm_diagnose.probes.metrics.window import DEFAULT_MIN_COVERAGE, ScrapeRecord, record_from_text
 from tests.test_metrics_parse import vllm_page

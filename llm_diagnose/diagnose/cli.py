@@ -21,7 +21,7 @@ import threading
 from collections.abc import Collection
 
 from llm_diagnose.diagnose.errors import DiagnoseError, ExitCode
-from llm_diagnose.diagnose.report.control_chars import escape_controls
+from llm_diagnose.diagnose.text.control_chars import escape_controls
 
 # The sub-commands, in the order of `llm-diagnose --help`, with the line it shows for each (the
 # same text as the `help=` of the command's own parser: tests/test_cli_decide.py holds them equal).
@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "demo": "diagnose a real local vLLM running a tiny model (the embedded default)",
     "trace": "analyse a request trace (prefix reuse, lengths, arrivals, prompt pitfalls)",
     "report": "write a diagnosis as HTML, Markdown or JSON",
+    "export": "write a run's per-request records and scrapes as CSV or Parquet tables",
     "gate": "compare two runs; fail on a regression beyond the noise",
     "verify": "compare two runs before and after a change: did the adopted technique deliver?",
     "instrument": "run a PyTorch serving command with the in-process probe",

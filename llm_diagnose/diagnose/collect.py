@@ -2,11 +2,12 @@
 
 `run_target` runs the passive probes against a target (discovery, the /metrics scrape window,
 GPU memory through NVML, the PyTorch probe's page), with the active experiments `run --active`
-hands it as `active`, then diagnoses and writes the run folder; `demo` calls it too. The offline
-builders, `evidence_from_scrapes` (a folder an interrupted run left) and `trace_items_for` (a
-trace, analysed by `llm_diagnose.probes.traces`), serve `decide`, `report` and `fleet`, which never
-touch a target: so the probes that talk to a server (and the HTTP client under them) are
-imported by the functions that run them, not by this module.
+hands it as `active`, then diagnoses and writes the run folder (`write_run`, which `fleet`
+writes each replica's through); `demo` calls it too. The offline builder `trace_items_for` (a
+trace, analysed by `llm_diagnose.probes.traces`) serves `decide`, `report` and `fleet`, which never
+touch a target (an interrupted run's scrapes are read back by llm_diagnose.diagnose.runfolder):
+so the probes that talk to a server (and the HTTP client under them) are imported by the
+functions that run them, not by this module.
 
 The other places that run probes, each for its own command:
 
@@ -20,7 +21,8 @@ The other places that run probes, each for its own command:
 
 A run folder holds, as they are produced:
 
-- `metrics.jsonl`: every raw scrape, appended and flushed as it is taken;
+- `metrics.jsonl`: every raw scrape, appended and flushed as it is taken (none for a plain server,
+  one without engine metrics that `run --active` measures from the client only);
 - `requests.jsonl`, `events.jsonl`: per-request records of active experiments (with --active);
 - `evidence.json`, `diagnosis.json`, `summary.txt`: written at the end, also after a fault.
 """
@@ -28,7 +30,6 @@ A run folder holds, as they are produced:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,8 +38,8 @@ from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.errors import TargetError, UsageError
 from llm_diagnose.diagnose.report import console
-from llm_diagnose.diagnose.report.control_chars import escape_controls
-from llm_diagnose.diagnose.runfolder import DIAGNOSIS, EVIDENCE, METRICS, SUMMARY, UnsafePathError, write_atomic
+from llm_diagnose.diagnose.runfolder import UnsafePathError, write_result
+from llm_diagnose.diagnose.text.control_chars import escape_controls
 from llm_diagnose.diagnose.tree import diagnose
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence, Target
@@ -58,8 +59,7 @@ __all__ = [
     "window_restarts",
     "gpu_selection_line",
     "busy_at_start_line",
-    "evidence_from_scrapes",
-    "read_scrapes",
+    "write_run",
 ]
 
 
@@ -78,6 +78,9 @@ class RunPlan:
     kv_capacity_tokens: int | None = None
     slo: SLO = field(default_factory=SLO)  # the service-level objectives the diagnosis is judged against
     gpus: tuple[int | str, ...] | None = None  # the server's GPUs (--gpus: indices or UUIDs); None: chosen by NVML
+    # run --active: a server without engine metrics is attached as a plain one (its `active` hook
+    # checks that it serves completions first); otherwise it is refused.
+    attach_plain: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,72 +112,72 @@ def _restart_line(restarts: tuple[float, ...]) -> str:
     )
 
 
-def read_scrapes(run_dir: Path) -> Window:
-    """The scrapes in a run folder's metrics.jsonl; UsageError (one line) where it cannot be read."""
-    from llm_diagnose.probes.metrics.window import Window
-
-    path = Path(run_dir) / METRICS
-    try:
-        return Window.from_jsonl(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
-
-
-def evidence_from_scrapes(run_dir: Path, window: Window | None = None) -> Evidence:
-    """Evidence rebuilt from a run folder's metrics.jsonl alone: what an interrupted run (Ctrl-C,
-    a killed process) leaves behind. Passive evidence only; the window is marked incomplete.
-    `window`: those scrapes, where the caller has read them already (`read_scrapes`)."""
-    from llm_diagnose.probes.metrics.passive import passive_evidence
-
-    path = Path(run_dir) / METRICS
-    if window is None:
-        window = read_scrapes(run_dir)
-    if not window.ok_records:
-        raise UsageError(f"{path} holds no readable scrape ({window.describe()}): nothing to diagnose")
-    skipped = f" ({len(window.notes)} unreadable line(s) of it skipped)" if window.notes else ""
-    window = dataclasses.replace(
-        window, stopped_early=f"the run did not finish (no {EVIDENCE}): evidence rebuilt from {METRICS}{skipped}"
-    )
-    return Evidence(Target(url=window.source, label=Path(run_dir).name), passive_evidence(window))
-
-
 async def _collect(
     plan: RunPlan, on_sample: Callable[[ScrapeRecord, int], None] | None, active: Callable | None
 ) -> tuple[dict[str, Result], str, tuple[float, ...]]:
     from llm_diagnose.probes import discovery, nvml
-    from llm_diagnose.probes.http import make_session, normalize_base_url
-    from llm_diagnose.probes.metrics.passive import passive_evidence
+    from llm_diagnose.probes.http import make_session, normalize_base_url, redact_url
+    from llm_diagnose.probes.metrics.passive import PASSIVE_KEYS, passive_evidence
     from llm_diagnose.probes.metrics.scraper import scrape_window
+    from llm_diagnose.probes.metrics.window import Window
     from llm_diagnose.probes.torch_probe.evidence import evidence_from_window as torch_probe_evidence
 
     base = normalize_base_url(plan.url)
     async with make_session() as session:
-        found = await discovery.discover(base, metrics_url=plan.metrics_url, session=session)
-        scrape = scrape_window(
-            found.metrics_url,
-            plan.duration_s,
-            interval_s=plan.interval_s,
-            run_dir=plan.out_dir,
-            on_sample=on_sample,
-            session=session,
-            min_coverage=plan.thresholds["evidence.min_window_coverage"],
+        found = await discovery.discover(
+            base, metrics_url=plan.metrics_url, session=session, attach_plain=plan.attach_plain and active is not None
         )
-        if active is None:
-            window: Window = await scrape
-            active_items: dict[str, Result] = {}
+        active_items: dict[str, Result] = {}
+        if found.plain and active is not None:
+            # No engine metrics to watch: no window (an empty one, of no scrape planned). The active
+            # hook checks POST /v1/completions before its experiments; the engine's figures say why
+            # they are missing and what would measure them.
+            window = Window(redact_url(found.metrics_url))
+            active_items = await active(base, found, plan.out_dir)
         else:
-            window, active_items = await asyncio.gather(scrape, active(base, found, plan.out_dir))
+            scrape = scrape_window(
+                found.metrics_url,
+                plan.duration_s,
+                interval_s=plan.interval_s,
+                run_dir=plan.out_dir,
+                on_sample=on_sample,
+                session=session,
+                min_coverage=plan.thresholds["evidence.min_window_coverage"],
+            )
+            if active is None:
+                window = await scrape
+            else:
+                window, active_items = await asyncio.gather(scrape, active(base, found, plan.out_dir))
     items: dict[str, Result] = dict(found.facts)
-    items.update(passive_evidence(window, found))
+    items.update(
+        discovery.engine_side_not_measured(found, PASSIVE_KEYS) if found.plain else passive_evidence(window, found)
+    )
     items.update(torch_probe_evidence(window))  # {} unless the page is the PyTorch probe's side port
     items.update(nvml.memory_evidence(engine=items, gpus=plan.gpus, server_pids=_server_pids(base, plan.gpus)))
-    items.update(active_items)
+    items.update(kept_apart(items, active_items))
     items.update(
         trace_items_for(
             items, plan.trace, plan.trace_format, block_size=plan.block_size, kv_capacity_tokens=plan.kv_capacity_tokens
         )
     )
     return items, window.incomplete or "", window_restarts(window)
+
+
+def kept_apart(items: Mapping[str, Result], active_items: Mapping[str, Result]) -> dict[str, Result]:
+    """The active results to add: every one, except a hole where the server's own figure stands.
+
+    The experiments publish under names of their own (decode.batch1_*, spec.active_*), so what the
+    server served over all traffic and what a controlled experiment measured sit side by side. Where
+    a name is shared all the same, a figure the experiment did not measure never erases one the
+    engine did (issue 26, item 1: a timed-out decode experiment erased the engine's ITL)."""
+    from llm_diagnose.probes.results import Fact, Measurement
+
+    measured = (Measurement, Fact)
+    return {
+        k: v
+        for k, v in active_items.items()
+        if not (isinstance(items.get(k), measured) and not isinstance(v, measured))
+    }
 
 
 def _server_pids(base_url: str, gpus: tuple[int | str, ...] | None) -> frozenset[int]:
@@ -225,7 +228,7 @@ def trace_items_for(
     the file and line."""
     if trace is None:
         return {}
-    from llm_diagnose.probes.traces import TraceError, analyze_trace
+    from llm_diagnose.probes.traces import TraceError, analyze_trace, trace_evidence
 
     block_size = block_size or _positive_int(items.get(Q.BLOCK_SIZE))
     kv_capacity_tokens = kv_capacity_tokens or _positive_int(items.get(Q.KV_CAPACITY_TOKENS))
@@ -235,7 +238,7 @@ def trace_items_for(
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot read the trace {trace}: {exc.strerror or exc}") from None
-    return analysis.evidence_items()
+    return trace_evidence(analysis)
 
 
 def _positive_int(result: Result | None) -> int | None:
@@ -253,10 +256,20 @@ def finish_run(
 
     evidence = Evidence(Target(url=redact_url(plan.url), label=plan.out_dir.name), items)
     evidence = evidence.with_items(plan.extra_items)
-    diagnosis = diagnose(evidence, plan.thresholds, slo=plan.slo)
-    plan.out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(plan.out_dir / EVIDENCE, evidence.to_json())
-    write_atomic(plan.out_dir / DIAGNOSIS, diagnosis.to_json())
+    return write_run(plan.out_dir, evidence, plan.thresholds, plan.slo, partial, restarts)
+
+
+def write_run(
+    out_dir: Path,
+    evidence: Evidence,
+    thresholds: Thresholds,
+    slo: SLO | None = None,
+    partial: str = "",
+    restarts: tuple[float, ...] = (),
+) -> RunResult:
+    """Diagnose `evidence` and write the run's result files (runfolder.write_result): how every run
+    ends, `run`'s and `demo`'s (finish_run) and each replica's of `fleet`."""
+    diagnosis = diagnose(evidence, thresholds, slo=slo)
     summary = console.render(diagnosis, evidence)
     for line in (gpu_selection_line(evidence.items), busy_at_start_line(evidence.items)):
         if line:
@@ -265,8 +278,9 @@ def finish_run(
         summary = _restart_line(restarts) + "\n\n" + summary
     if partial:
         summary = f"PARTIAL RUN: {partial}\n\n" + summary
-    write_atomic(plan.out_dir / SUMMARY, escape_controls(summary))  # the partial reason may quote the server
-    return RunResult(evidence, diagnosis, plan.out_dir, partial, restarts)
+    # escaped: the partial reason may quote the server, a replica's name is a Prometheus label
+    write_result(out_dir, evidence, diagnosis, escape_controls(summary))
+    return RunResult(evidence, diagnosis, out_dir, partial, restarts)
 
 
 def run_target(
@@ -275,7 +289,9 @@ def run_target(
     """Attach to `plan.url`, collect, diagnose, write the run folder.
 
     Raises TargetError when nothing can be measured (unreachable, not an LLM server, no
-    metrics). A target that failed mid-run still gives a result, with `partial` saying why.
+    metrics). With `plan.attach_plain` and `active`, a server without engine metrics is attached as a
+    plain one (no window; `active` checks that it serves completions, discovery.check_completions). A
+    target that failed mid-run still gives a result, with `partial` saying why.
     """
     from llm_diagnose.probes.http import InvalidTargetURL, ProbeHTTPError
 

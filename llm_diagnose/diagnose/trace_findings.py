@@ -2,7 +2,7 @@
 
 A trace analysis (`llm_diagnose.probes.traces`) measures; this module judges. Whether a
 finding is raised comes from the functions and named thresholds `decide` applies to the same
-trace's evidence (`tree.pitfalls.dynamic_prefix` and `unstable_serialization`, `tree.questions.ask_kv`,
+trace's evidence (`tree.pitfalls.dynamic_prefix` and `unstable_serialization`, `tree.questions.kv_eviction.ask_kv`,
 with the sanity checks that set doubtful evidence aside), so `trace FILE` and `decide` on the
 evidence of `trace FILE --evidence-out` agree, and `--thresholds` moves both. What is added
 here is the phrasing, from what only the analysis holds: where similar prompts diverge and what
@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 from llm_diagnose.diagnose.tree.diagnosis import Answer, Comparison, PitfallCheck
 from llm_diagnose.diagnose.tree.evidence import Evidence, Target
 from llm_diagnose.diagnose.tree.pitfalls import dynamic_prefix, unstable_serialization
-from llm_diagnose.diagnose.tree.questions import ask_kv
+from llm_diagnose.diagnose.tree.questions.kv_eviction import ask_kv
 from llm_diagnose.diagnose.tree.sanity import check as sanity_check
 from llm_diagnose.diagnose.tree.sanity import doubt_pitfalls
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.traces.evidence import trace_evidence as trace_items
 from llm_diagnose.probes.traces.pitfalls import TOKEN_SPAN
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class Finding:
 
 def trace_evidence(analysis: TraceAnalysis) -> Evidence:
     """The analysis's measurements as the evidence `--evidence-out` writes and `decide` reads."""
-    return Evidence(Target(url=analysis.path, label="trace"), analysis.evidence_items())
+    return Evidence(Target(url=analysis.path, label="trace"), trace_items(analysis))
 
 
 def trace_findings(analysis: TraceAnalysis, th: Thresholds) -> tuple[Finding, ...]:

@@ -6,12 +6,20 @@ configuration endpoint where it has one: SGLang `/get_server_info` (later `/serv
 vLLM `/server_info?config_format=json` (only with VLLM_SERVER_DEV_MODE=1). Whatever stays
 hidden is returned as NotMeasured with the reason and a way to learn it, so the report can
 say what it could not see.
+
+A target without engine metrics (a plain `transformers serve`, a home-grown OpenAI-compatible
+server, a gateway that routes only /v1/*) is refused, unless the caller measures from the client
+(`run --active`: `attach_plain`): then discovery returns it with `plain` saying why the
+engine-side figures are missing, and the caller sends the one POST of `check_completions` before
+it attaches (`attachment` is the decision, a pure function).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -27,10 +35,12 @@ from llm_diagnose.probes.http import (
     ProbeHTTPError,
     RedirectRefused,
     ResponseTooLarge,
+    TargetUnreachable,
     get_json,
     get_text,
     make_session,
     normalize_base_url,
+    post_json,
     redact_url,
 )
 from llm_diagnose.probes.metrics.engines import EngineGuess, detect_engine, metrics_hint_for
@@ -50,17 +60,33 @@ from llm_diagnose.probes.quantities import (
     PD_DISAGGREGATION,
     PREFIX_CACHING,
     SPEC_DECODE,
+    TARGET_KIND,
     TENSOR_PARALLEL,
     WEIGHT_QUANTIZATION,
 )
 from llm_diagnose.probes.results import Fact, NotMeasured, Provenance, Result
 
-__all__ = ["Discovered", "discover", "DEFAULT_METRICS_PATH"]
+__all__ = [
+    "Discovered",
+    "discover",
+    "attachment",
+    "check_completions",
+    "CompletionsCheck",
+    "engine_side_not_measured",
+    "plain_server_remedy",
+    "DEFAULT_METRICS_PATH",
+    "PLAIN_SERVER",
+]
 
 DEFAULT_METRICS_PATH = "/metrics"
 _TRTLLM_PROMETHEUS_PATH = "/prometheus/metrics"  # trtllm-serve: /metrics is JSON iteration stats
 # A context length past this is not one (the longest served today are ~10 M tokens): not read.
 _MAX_MODEL_LEN = 1 << 40
+# What a target with no engine metrics, attached from the client only, is called in messages.
+PLAIN_SERVER = "plain OpenAI-compatible server"
+# The completions check asks for this many tokens: an answer at all is what it checks.
+CHECK_MAX_TOKENS = 1
+CHECK_PROMPT = "Hello"
 _QUANTIZED_NAME_MARKERS = ("awq", "gptq", "fp8", "int8", "int4", "w4a16", "w8a8", "nvfp4", "gguf", "bnb", "mxfp4")
 
 
@@ -79,6 +105,9 @@ class Discovered:
     endpoints: Mapping[str, str] = field(default_factory=dict)  # path -> "200", "404", "not JSON", ...
     facts: Mapping[str, Result] = field(default_factory=dict)
     metrics_error: str | None = None
+    # Where set (only with attach_plain): why the target has no engine metrics. It is then a plain
+    # OpenAI-compatible server to the caller, measured from the client once check_completions answers.
+    plain: str = ""
 
     @property
     def version_tuple(self) -> tuple[int, ...] | None:
@@ -155,8 +184,13 @@ async def discover(
     metrics_url: str | None = None,
     session: aiohttp.ClientSession | None = None,
     require_metrics: bool = True,
+    attach_plain: bool = False,
 ) -> Discovered:
     """Identify the server at `base_url` and read the configuration it exposes.
+
+    `attach_plain` (run --active): a target with no engine metrics at the default metrics URL is
+    returned with `plain` set instead of refused (see `attachment`); the caller confirms with
+    `check_completions` before it sends anything else.
 
     Raises:
         InvalidTargetURL: `base_url` is not an http(s) URL.
@@ -168,19 +202,66 @@ async def discover(
             (only with `require_metrics`).
         RedirectRefused: /metrics (with `require_metrics`), or /v1/models when nothing else
             answers, redirected off the target's origin or in a loop; the message says where.
+        None of the last four with `attach_plain` where `metrics_url` is not given.
     """
     base = normalize_base_url(base_url)
     own = session is None
     session = session or make_session()
     try:
-        return await _discover(session, base, metrics_url, require_metrics)
+        return await _discover(session, base, metrics_url, require_metrics, attach_plain)
     finally:
         if own:
             await session.close()
 
 
+# What `attachment` decides.
+ENGINE, PLAIN, NOT_LLM, NO_METRICS, WITHOUT_METRICS = "engine", "plain", "not-llm", "no-metrics", "without-metrics"
+
+
+def attachment(
+    *, engine_metrics: bool, says_llm: bool, metrics_url_given: bool, require_metrics: bool, attach_plain: bool
+) -> str:
+    """How a target is met, from what discovery saw. Pure.
+
+    - ENGINE: its engine metrics are there: read them.
+    - PLAIN: none, and the caller measures from the client (`attach_plain`): attach it as a plain
+      OpenAI-compatible server once POST /v1/completions answers. Not where the user named the
+      metrics URL: metrics missing there are a mistake to report, not a server to work around.
+    - NOT_LLM: none, and nothing else says it is an LLM server (no model listed, no engine, no
+      version): NotAnLLMServer.
+    - NO_METRICS: an LLM server without engine metrics, for a caller that needs them: MetricsUnavailable.
+    - WITHOUT_METRICS: the same, for a caller that reads what there is (`require_metrics=False`).
+    """
+    if engine_metrics:
+        return ENGINE
+    if attach_plain and not metrics_url_given:
+        return PLAIN
+    if not says_llm:
+        return NOT_LLM
+    return NO_METRICS if require_metrics else WITHOUT_METRICS
+
+
+def plain_server_remedy(engine: str | None) -> str:
+    """What would measure the engine-side figures a plain server does not expose."""
+    if engine and engine != "pytorch":  # a gateway in front of a known engine
+        return (
+            "give --metrics-url where the engine's own /metrics is (a gateway may route only /v1/*); "
+            + metrics_hint_for(engine)
+        )
+    return (
+        f"the in-process PyTorch probe measures them: {metrics_hint_for('pytorch')}, "
+        "then pass --metrics-url with that page"
+    )
+
+
+def _not_attached_advice(engine: str | None) -> str:
+    """The end of the error for a target without engine metrics, for a run that sends nothing."""
+    instrument = ", or start it under `llm-diagnose instrument -- CMD ...`" if not engine else ""
+    return f"pass --active to measure it from the client as a {PLAIN_SERVER}{instrument}"
+
+
 async def _discover(
-    session: aiohttp.ClientSession, base: str, metrics_url: str | None, require_metrics: bool
+    session: aiohttp.ClientSession, base: str, metrics_url: str | None, require_metrics: bool, attach_plain: bool
 ) -> Discovered:
     endpoints: dict[str, str] = {}
     refused: dict[str, RedirectRefused] = {}
@@ -220,7 +301,14 @@ async def _discover(
     elif isinstance(server_args.get("version"), str):
         version = server_args["version"]
 
-    if not model_entries and engine is None and version is None:
+    decision = attachment(
+        engine_metrics=guess is not None and guess.engine is not None,
+        says_llm=bool(model_entries) or engine is not None or version is not None,
+        metrics_url_given=metrics_url is not None,
+        require_metrics=require_metrics,
+        attach_plain=attach_plain,
+    )
+    if decision == NOT_LLM:
         if isinstance(metrics_exc, RedirectRefused):  # where they redirected, and why it was not followed
             raise metrics_exc
         if "/v1/models" in refused:
@@ -228,16 +316,31 @@ async def _discover(
         raise NotAnLLMServer(
             f"{shown} answers HTTP but is not an LLM serving engine: /v1/models gave "
             f"{endpoints.get('/v1/models', 'nothing')} and {redact_url(murl)} has no vllm:/sglang:/trtllm metrics "
-            "(expected vLLM, SGLang or TensorRT-LLM; is the URL the engine's API port?)",
+            "(expected vLLM, SGLang or TensorRT-LLM; is the URL the engine's API port?)"
+            + (
+                f"; if it is a {PLAIN_SERVER} (transformers serve, a gateway), {_not_attached_advice(None)}"
+                if metrics_url is None
+                else ""
+            ),
             base,
         )
-    if require_metrics and (guess is None or guess.engine is None):
+    if decision == NO_METRICS:
         if isinstance(metrics_exc, (MalformedMetrics, RedirectRefused)):
             raise metrics_exc
+        advice = "" if metrics_url is not None else f"; or {_not_attached_advice(engine)}"
         raise MetricsUnavailable(
             f"{shown} is an LLM server ({engine or 'engine unknown'}) but {redact_url(murl)} "
-            f"{metrics_error or 'serves no engine metrics'}: {metrics_hint_for(engine)}",
+            f"{metrics_error or 'serves no engine metrics'}: {metrics_hint_for(engine)}{advice}",
             murl,
+        )
+    plain = ""
+    if decision == PLAIN:
+        listed = endpoints.get("/v1/models", "nothing")
+        if listed == "200":
+            listed += f", listing {len(model_entries) or 'no'} model(s)"
+        plain = (
+            f"{shown} has no engine metrics ({redact_url(murl)} {metrics_error or 'serves no engine metrics'}; "
+            f"/v1/models gave {listed})"
         )
 
     model = first.get("id") if isinstance(first.get("id"), str) else None
@@ -260,6 +363,7 @@ async def _discover(
         endpoints=MappingProxyType(endpoints),
         facts=MappingProxyType(facts),
         metrics_error=metrics_error,
+        plain=plain,
     )
 
 
@@ -299,6 +403,91 @@ async def _probe_metrics(
     endpoints[path] = "200"
     guess = detect_engine(scrape)
     return guess, (None if guess.engine else "serves no vllm:/sglang:/trtllm engine metrics"), None
+
+
+def engine_side_not_measured(found: Discovered, keys: Iterable[str]) -> dict[str, Result]:
+    """NotMeasured for each of `keys` (the engine's own figures: the passive window's) where a
+    plain server was attached: why they are missing and what would measure them. Discovery's
+    facts stay where it found one (a model, a context length)."""
+    remedy = plain_server_remedy(found.engine)
+    hole = NotMeasured(
+        f"not measured here, because {found.plain}: attached as a {PLAIN_SERVER}, measured from the client only",
+        remedy,
+        Provenance("discovery", found.base_url),
+    )
+    out: dict[str, Result] = {}
+    for key in keys:
+        known = found.facts.get(key)
+        out[key] = known if isinstance(known, Fact) else hole
+    out[TARGET_KIND] = Fact(PLAIN_SERVER, Provenance("discovery", found.base_url), note=remedy)
+    return out
+
+
+@dataclass(frozen=True)
+class CompletionsCheck:
+    """What the completions check got: one line to print, and the model the answer named (a
+    server may name it otherwise than it accepts it: transformers serve answers 'PATH@main' to
+    requests that must say 'PATH', so it is a fact to report, not a name to send)."""
+
+    description: str
+    answered_model: str | None
+    elapsed_s: float
+
+    def model_fact(self, url: str) -> Fact | None:
+        if not self.answered_model:
+            return None
+        return Fact(self.answered_model, Provenance("http-post", url), note="named in the completion check's answer")
+
+
+async def check_completions(
+    session: aiohttp.ClientSession, base_url: str, model: str | None, *, timeout_s: float
+) -> CompletionsCheck:
+    """The one POST that tells a plain server from anything else: a completion of CHECK_MAX_TOKENS
+    token(s) asked of /v1/completions (naming `model` where known; a server pinned to one model
+    serves it when none is named), within `timeout_s`.
+
+    Raises:
+        NotAnLLMServer: it answered anything but a completion (the message says what, and what to do).
+        TargetUnreachable: nothing answered within `timeout_s`, or the connection broke.
+        HTTPStatusError: 401/403 (the message names the API-key variable).
+    """
+    base = normalize_base_url(base_url)
+    url = base + "/v1/completions"
+    body: dict[str, Any] = {"prompt": CHECK_PROMPT, "max_tokens": CHECK_MAX_TOKENS, "stream": False}
+    if model:
+        body = {"model": model, **body}
+    shown = redact_url(url)
+    t0 = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout_s):
+            answer = await post_json(session, url, body)
+    except TimeoutError:
+        raise TargetUnreachable(
+            f"POST {shown} did not answer within {timeout_s:g} s: is the server overloaded or hung?", url
+        ) from None
+    except HTTPStatusError as exc:
+        if exc.status in (401, 403):
+            raise
+        said = " ".join(exc.body.split())[:200]
+        named = f"model {model!r}" if model else "no model (/v1/models listed none)"
+        raise NotAnLLMServer(
+            f"POST {shown} (asking for {named}) answered HTTP {exc.status}"
+            + (f" ({said})" if said else "")
+            + ": not attached; if it serves completions under another model name, pass --model NAME",
+            url,
+        ) from None
+    except NotAnLLMServer as exc:
+        raise NotAnLLMServer(f"POST {shown} did not answer with a completion: {exc}", url) from None
+    elapsed = time.monotonic() - t0
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise NotAnLLMServer(
+            f"POST {shown} answered JSON without completion choices: not an OpenAI-compatible server", url
+        )
+    named_model = answer.get("model") if isinstance(answer, dict) else None
+    served = named_model if isinstance(named_model, str) and named_model.strip() else None
+    line = f"POST {shown} answered a completion in {elapsed:.2f} s" + (f" (model {served!r})" if served else "")
+    return CompletionsCheck(line, served, elapsed)
 
 
 # --- facts -------------------------------------------------------------------------------

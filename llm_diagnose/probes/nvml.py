@@ -56,7 +56,7 @@ NVML_KEYS = (
     WEIGHTS_FRACTION,
     GPU_SELECTION,
 )
-NO_GPU_HINT = "run llm-diagnose on the GPU host, or in the sidecar described in the README"
+NO_GPU_HINT = "run llm-diagnose on the GPU host, or in the sidecar described in docs/containers.md"
 GIB = 1 << 30
 # A device with no process on it still shows the driver's own reservation as used (a few hundred
 # MiB on A100/H100 through the v1 memory query). Above 1 GiB used with no process listed, some

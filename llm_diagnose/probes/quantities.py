@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Quantity", "CATALOGUE", "describe", "CLIENT_STARVED_WARNING", "ENGINE_HIT_RATE_WARNING"]
+__all__ = [
+    "Quantity",
+    "CATALOGUE",
+    "describe",
+    "CLIENT_STARVED_WARNING",
+    "ENGINE_HIT_RATE_WARNING",
+    "OTHER_TRAFFIC_WARNING",
+]
 
 # The first words of the warning a live measurement carries when the client was starved of CPU
 # while it was taken (its timestamps are then the client's, not the server's): the tree gives
@@ -20,6 +27,10 @@ CLIENT_STARVED_WARNING = "client starved:"
 # figure (a gauge the engine computes over the traffic it last counted), not hits over lookups in
 # the window: the tree never reads such a figure as this workload's. Probes write it, the tree reads it.
 ENGINE_HIT_RATE_WARNING = "engine-computed gauge, not a windowed token ratio"
+# The first words of the warning an active experiment's figures carry where other clients'
+# requests were in flight on the server while it ran: the tree trusts such a figure less (its
+# confidence drops a level). Probes write it, the tree reads it.
+OTHER_TRAFFIC_WARNING = "beside other traffic:"
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,13 @@ def _q(key: str, unit: str, description: str, kind: str = "measurement") -> str:
 # --- engine identity and configuration (facts) ---------------------------------------
 ENGINE_NAME = _q("engine.name", "str", "serving engine: vllm, sglang, trtllm, transformers, pytorch", "fact")
 ENGINE_VERSION = _q("engine.version", "str", "engine version string", "fact")
+TARGET_KIND = _q(
+    "target.kind",
+    "str",
+    "what the run attached to where it is not an engine with metrics of its own (a plain OpenAI-compatible "
+    "server, measured from the client only); its note says what would measure the engine's side",
+    "fact",
+)
 ENGINE_MODEL = _q("engine.model", "str", "served model name / path", "fact")
 MAX_MODEL_LEN = _q("engine.max_model_len", "tokens", "maximum sequence length the server accepts", "fact")
 PREFIX_CACHING = _q("config.prefix_caching", "bool", "automatic prefix caching enabled", "fact")
@@ -361,8 +379,35 @@ ALLOCATOR_FRAGMENTATION = _q(
 )
 
 # --- active probing ---
-# llm_diagnose.probes.experiments: a streaming client sends known requests; ITL_P50/ITL_P99 (batch 1),
-# ITL_INFLATION and SHORT_WAIT_FOR_LONG above are also produced there.
+# llm_diagnose.probes.experiments: a streaming client sends known requests; ITL_INFLATION and
+# SHORT_WAIT_FOR_LONG above are also produced there.
+# The decode and speculative-decoding experiments' own figures, kept apart from what the engine
+# served over all traffic (ITL_P50/ITL_P99 and SPEC_ACCEPTANCE_* from the passive window): a
+# failed experiment must not erase the engine's figures, nor a few controlled streams stand in
+# for every token the server served (issue 26, item 1). The tree reads the controlled figure
+# where there is one (llm_diagnose.diagnose.tree.controlled).
+DECODE_BATCH1_ITL_P50 = _q(
+    "decode.batch1_itl_p50_s",
+    "s",
+    "median inter-token gap of one stream with nothing else of this run in flight, timed by the client "
+    "(active decode experiment)",
+)
+DECODE_BATCH1_ITL_P99 = _q(
+    "decode.batch1_itl_p99_s",
+    "s",
+    "99th percentile inter-token gap of one stream with nothing else of this run in flight (active decode experiment)",
+)
+SPEC_ACTIVE_ACCEPTANCE_RATE = _q(
+    "spec.active_acceptance_rate",
+    "fraction",
+    "accepted draft tokens / drafted tokens over the speculative-decoding experiment (engine counters around it)",
+)
+SPEC_ACTIVE_ACCEPTANCE_LENGTH = _q(
+    "spec.active_acceptance_length",
+    "tokens",
+    "tokens per verify step over the speculative-decoding experiment (engine counters around it, else tokens "
+    "per streamed event)",
+)
 DECODE_ITL_AT_CONCURRENCY = _q(
     "decode.itl_p50_at_max_concurrency_s",
     "s",

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 
 from llm_diagnose.probes.stats import median_ci as _median_ci
 from llm_diagnose.probes.stats import percentile
+from llm_diagnose.probes.warning_codes import CodedWarning, WarningCode, legacy_coded
 
 __all__ = [
     "Provenance",
@@ -254,6 +255,11 @@ class Measurement:
         """How many observations stand behind the value (1 for a single reading)."""
         return self.summary.n if self.summary is not None else 1
 
+    @property
+    def codes(self) -> frozenset[WarningCode]:
+        """The codes of its warnings the tree acts on (probes.warning_codes)."""
+        return frozenset(w.code for w in self.warnings if isinstance(w, CodedWarning))
+
     def to_dict(self) -> dict:
         d: dict = {"kind": self.kind, "value": self.value, "unit": self.unit, "provenance": self.provenance.to_dict()}
         if self.samples:
@@ -263,7 +269,10 @@ class Measurement:
         if self.summary is not None:
             d["summary"] = self.summary.to_dict()
         if self.warnings:
-            d["warnings"] = list(self.warnings)
+            # A coded warning keeps its code on disk: {"code": ..., "text": ...}; the rest are text.
+            d["warnings"] = [
+                {"code": str(w.code), "text": str(w)} if isinstance(w, CodedWarning) else str(w) for w in self.warnings
+            ]
         if self.note:
             d["note"] = self.note
         return d
@@ -278,9 +287,21 @@ class Measurement:
             samples=tuple(_number(s, "samples") for s in _list(d.get("samples", []), "samples")),
             calls_per_sample=_integer(d.get("calls_per_sample", 1), "calls_per_sample"),
             summary=Summary.from_dict(d["summary"]) if d.get("summary") is not None else None,
-            warnings=tuple(_text(w, "warnings") for w in _list(d.get("warnings", []), "warnings")),
+            warnings=tuple(_warning(w) for w in _list(d.get("warnings", []), "warnings")),
             note=_text(d.get("note", ""), "note"),
         )
+
+
+def _warning(w: object) -> str:
+    """A warning as written: text (coded from its first words where an older file wrote one the tree
+    acts on), or {"code", "text"}."""
+    if isinstance(w, dict):
+        code, text = _text(w.get("code"), "warnings.code"), _text(w.get("text"), "warnings.text")
+        try:
+            return CodedWarning(WarningCode(code), text)
+        except ValueError:
+            raise InvalidValue(f"field 'warnings': unknown warning code {code!r}") from None
+    return legacy_coded(_text(w, "warnings"))
 
 
 FactValue = str | int | float | bool

@@ -20,6 +20,13 @@ bytes that are not UTF-8 anywhere in it, not JSON, nested too deeply, not a JSON
 back as unreadable, with why, for the caller to skip and count. A whole document (evidence,
 diagnosis) is read up to MAX_DOCUMENT_BYTES.
 
+Counting (`read_objects`, `read_parsed`): the JSON objects of a file, with `LinesRead` saying how
+many lines were kept and how many skipped as unreadable, so no reader drops a line silently;
+`read_parsed` also turns each object into a record, and refuses the file (`LineSchemaError`, naming
+the line) at an object of another schema. The run-folder module
+(llm_diagnose.diagnose.runfolder) reads every file of a folder for the commands through these;
+the probes read their own files (a replay source, a scrape file) through them too.
+
 Refusals raise `UnsafePathError` (an OSError, so callers that already handle unreadable or
 unwritable paths handle these too), whose message says what to do.
 """
@@ -32,10 +39,10 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, TypeVar
 
 from llm_diagnose.probes.bounded_lines import MAX_LINE_BYTES, bounded_lines, too_long
 
@@ -48,6 +55,11 @@ __all__ = [
     "read_json_lines",
     "read_document",
     "JsonLine",
+    "LinesRead",
+    "LineSchemaError",
+    "ObjectLines",
+    "read_objects",
+    "read_parsed",
     "MAX_LINE_BYTES",
     "MAX_DOCUMENT_BYTES",
 ]
@@ -242,3 +254,76 @@ def _parse_line(number: int, raw: bytes) -> JsonLine:
     if not isinstance(obj, dict):
         return JsonLine(number, None, f"{_JSON_TYPES.get(type(obj), 'null')}, not a JSON object")
     return JsonLine(number, obj)
+
+
+# --- counting -------------------------------------------------------------------------------------
+_T = TypeVar("_T")
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n:,} bytes"
+
+
+@dataclass(frozen=True)
+class LinesRead:
+    """How one JSON-lines file was read: the lines kept, and the lines skipped as unreadable."""
+
+    name: str  # the file's name in the run folder
+    kept: int
+    skipped: int  # cut short by a kill, too long, not UTF-8, nested too deeply, or not a JSON object
+    too_long: int = 0  # of the skipped: longer than `max_line_bytes`, read past unread
+    max_line_bytes: int = MAX_LINE_BYTES
+
+    def describe(self) -> str:
+        why = f"; {self.too_long} longer than the {_size(self.max_line_bytes)} line limit" if self.too_long else ""
+        return f"{self.skipped} unreadable line(s) of {self.name} skipped ({self.kept} read{why})"
+
+
+@dataclass(frozen=True)
+class ObjectLines:
+    """The JSON objects of a JSON-lines file with their line numbers, and the lines skipped."""
+
+    objects: tuple[tuple[int, dict[str, Any]], ...]  # (line number, object)
+    lines: LinesRead
+    skipped_why: tuple[str, ...] = ()  # "line N: why", one per skipped line, in file order
+
+
+def read_objects(path: str | Path, max_line_bytes: int | None = None) -> ObjectLines:
+    """Every JSON object of a run-folder JSON-lines file (`read_json_lines`), each unreadable line
+    skipped and counted with why. UnsafePathError or OSError where the file cannot be opened."""
+    limit = MAX_LINE_BYTES if max_line_bytes is None else max_line_bytes
+    objects: list[tuple[int, dict[str, Any]]] = []
+    why: list[str] = []
+    too_long_lines = 0
+    for line in read_json_lines(path, limit):
+        if line.obj is None:
+            why.append(f"line {line.number}: {line.why}")
+            too_long_lines += line.too_long
+        else:
+            objects.append((line.number, line.obj))
+    read = LinesRead(Path(path).name, len(objects), len(why), too_long_lines, limit)
+    return ObjectLines(tuple(objects), read, tuple(why))
+
+
+class LineSchemaError(ValueError):
+    """A line of a JSON-lines file that is a JSON object, but not a record of the schema read:
+    the file is of another version or another tool, and skipping such lines would quietly empty it."""
+
+    def __init__(self, path: str | Path, number: int, why: str) -> None:
+        super().__init__(f"{path}: line {number}: {why}")
+        self.path, self.number, self.why = Path(path), number, why
+
+
+def read_parsed(
+    path: str | Path, parse: Callable[[Mapping], _T], max_line_bytes: int | None = None
+) -> tuple[tuple[_T, ...], LinesRead]:
+    """Every readable line of `path` through `parse`; unreadable lines skipped and counted
+    (`read_objects`). `parse` raises ValueError for an object of another schema: LineSchemaError."""
+    read = read_objects(path, max_line_bytes)
+    kept: list[_T] = []
+    for number, obj in read.objects:
+        try:
+            kept.append(parse(obj))
+        except ValueError as exc:
+            raise LineSchemaError(path, number, str(exc)) from None
+    return tuple(kept), read.lines

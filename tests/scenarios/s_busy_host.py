@@ -8,12 +8,14 @@ when the client's event loop lagged a good share of the time the verdict rests o
 from __future__ import annotations
 
 from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 from tests.evidence_builders import live
 from tests.scenarios.model import Scenario
 
-_STARVED = (
+_STARVED = coded(
+    WarningCode.CLIENT_STARVED,
     f"{Q.CLIENT_STARVED_WARNING} event-loop lag p99 444.2 ms is 555% of the 80.0 ms it timed "
-    "(0.01 client cores, host CPUs 100% busy)"
+    "(0.01 client cores, host CPUs 100% busy)",
 )
 
 _VLLM_CPU = {

@@ -18,6 +18,7 @@ from __future__ import annotations
 from llm_diagnose.diagnose.tree.slo import SLO
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Measurement, Provenance
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 from tests.evidence_builders import PROV
 from tests.scenarios.engines import GIB, H100_80GB, SGLANG, VLLM_V1, setting
 from tests.scenarios.model import Scenario
@@ -25,7 +26,7 @@ from tests.scenarios.model import Scenario
 A100_40GB = 40 * GIB
 L40S_48GB = 45 * GIB  # as NVML reports it
 
-# What the live probe records from an engine's hit-rate gauge (llm_diagnose/probes/metrics/passive_prefix.py):
+# What the live probe records from an engine's hit-rate gauge (llm_diagnose/probes/metrics/passive/prefix.py):
 # the mean of its readings, with the warning that it is the engine's own figure.
 _GAUGE = Provenance("prometheus-gauge-samples", "sglang:cache_hit_rate", "2026-12-02T00:00:00.000+00:00")
 # SGLang before #26837: decode logging writes 0 and every prefill batch overwrites the gauge with its own
@@ -35,7 +36,7 @@ _SGLANG_GAUGE_MOSTLY_ZERO = Measurement(
     "fraction",
     _GAUGE,
     samples=(0.0,) * 11 + (0.36,),
-    warnings=(f"{Q.ENGINE_HIT_RATE_WARNING}: mean of its readings",),
+    warnings=(coded(WarningCode.ENGINE_GAUGE, f"{Q.ENGINE_HIT_RATE_WARNING}: mean of its readings"),),
 )
 # The rate vLLM's stat logger prints ('Prefix cache hit rate: 21.3%'), copied into evidence as what it is:
 # the engine's own figure over its last 1000 requests, not hits over lookups in a window.
@@ -43,7 +44,9 @@ _VLLM_LOGGED_RATE = Measurement(
     0.213,
     "fraction",
     Provenance("engine-log", "vLLM stat logger 'Prefix cache hit rate' (last 1000 requests)", PROV.taken_at),
-    warnings=(f"{Q.ENGINE_HIT_RATE_WARNING}: the rate vLLM logs over its last 1000 requests",),
+    warnings=(
+        coded(WarningCode.ENGINE_GAUGE, f"{Q.ENGINE_HIT_RATE_WARNING}: the rate vLLM logs over its last 1000 requests"),
+    ),
 )
 # The same kind of rate counted by the live probe from vLLM's hit and query counters over the run.
 _COUNTED = Provenance(

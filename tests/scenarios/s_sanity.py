@@ -8,6 +8,7 @@ value arrives the way a third-party exporter writes it: as the string "nan" in a
 from __future__ import annotations
 
 from llm_diagnose.probes.results import Measurement
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 from tests.evidence_builders import PROV, sampled
 from tests.scenarios.engines import H100_80GB as H100
 from tests.scenarios.engines import setting
@@ -16,8 +17,11 @@ from tests.scenarios.model import Scenario
 # Two replicas answer one scrape address in turn: every counter drops at every other scrape,
 # and the live probe counts each drop as a reset (as Prometheus rate() does).
 _FLIP_FLOP = (
-    "11 counter reset(s) in the window (server restarted?): increases counted from zero after each "
-    "reset, as Prometheus rate() does",
+    coded(
+        WarningCode.COUNTER_RESET,
+        "11 counter reset(s) in the window (server restarted?): increases counted from zero after each "
+        "reset, as Prometheus rate() does",
+    ),
 )
 
 SCENARIOS = [

@@ -9,8 +9,8 @@ from tests.scenarios.engines import A100_80GB as A100_80
 from tests.scenarios.engines import setting
 from tests.scenarios.model import Scenario
 
-# What the live probe makes of SGLang's cache_hit_rate gauge (llm_diagnose/probes/metrics/passive.py): the mean of
-# its readings, marked as an engine-computed gauge rather than a windowed token ratio.
+# What the live probe makes of SGLang's cache_hit_rate gauge (llm_diagnose/probes/metrics/passive/):
+# the mean of its readings, marked as an engine-computed gauge rather than a windowed token ratio.
 _SGLANG_GAUGE_ZEROS = Measurement(
     0.0,
     "fraction",

@@ -20,7 +20,7 @@ from llm_diagnose.probes.experiments.goodput import LiveSearch
 __all__ = ["MeasuredGoodput", "live_contradiction", "DISAGREEMENT_FACTOR", "search_dict", "rate_words"]
 
 # Measured / predicted goodput beyond this factor (either way) and the model's projections are
-# withheld: the accuracy the README states for the model, measured on the 2-core box (benchmarks/RESULTS.md).
+# withheld: the accuracy docs/commands/plan.md states for the model, measured on the 2-core box (benchmarks/RESULTS.md).
 DISAGREEMENT_FACTOR = 3.0
 
 

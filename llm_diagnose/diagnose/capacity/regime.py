@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 # The step error the fit cannot see, where its error was not measured (no held-back data): a
-# quarter of a step, about the median error measured on held-back trials (README, "Capacity planning").
+# quarter of a step, about the median error measured on held-back trials (docs/commands/plan.md).
 DEFAULT_HIDDEN_ERROR = 0.25
 MIN_HIDDEN_ERROR = 0.10  # a measured error below this is not trusted to bound what is hidden
 MAX_HIDDEN_ERROR = 1.0

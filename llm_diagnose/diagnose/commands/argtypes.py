@@ -8,7 +8,8 @@ must be finite and within named bounds: NaN compares false with every limit (a N
 count, and a value a hundred times past anything sensible (a scrape every 0.1 ms) only burns the
 target and the disk.
 
-The bounds are named here, once; the README's flag reference quotes them.
+The bounds are named here, once; docs/commands/ quote them. One type here is not a
+number: `model_name` (run --model), bounded the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import math
 import re
 import time
+import unicodedata
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -41,6 +43,8 @@ __all__ = [
     "counts",
     "number_above",
     "port",
+    "model_name",
+    "MAX_MODEL_NAME_CHARS",
     "duration",
     "parse_duration",
     "parse_time",
@@ -67,6 +71,8 @@ MAX_SEARCH_STEPS = 30  # bisection steps: 30 halvings resolve the bracket to a b
 MAX_SEARCH_SPAN = 1000.0
 MAX_TPOT_MS = 3_600_000.0  # an hour per output token
 MAX_MICROBENCH_BUDGET_S = 3600.0
+# A served model's name: a hub id (at most 96 characters) or a local folder (PATH_MAX, 4,096 bytes).
+MAX_MODEL_NAME_CHARS = 4096
 MAX_UNIX_TIME = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()  # the last second datetime can show
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -169,6 +175,23 @@ def counts(low: int, high: int, *, what: str) -> Callable[[str], tuple[int, ...]
 def port(text: str) -> int:
     """A TCP port, 0-65535 (0: any free one)."""
     return count(0, 65535, what="a TCP port")(text)
+
+
+def model_name(text: str) -> str:
+    """A model name for the requests' `model` field (run --model): not empty, at most
+    MAX_MODEL_NAME_CHARS, no control character (it travels in JSON bodies and printed lines).
+    Spaces around it are dropped: no server names a model with them."""
+    name = text.strip()
+    if not name:
+        raise argparse.ArgumentTypeError("an empty model name: give the name the server serves, e.g. Qwen/Qwen3-8B")
+    if len(name) > MAX_MODEL_NAME_CHARS:
+        raise argparse.ArgumentTypeError(
+            f"a model name of {len(name):,} characters: at most {MAX_MODEL_NAME_CHARS:,} (a hub id or a folder path)"
+        )
+    bad = next((ch for ch in name if unicodedata.category(ch)[0] == "C"), None)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"the model name holds a control character ({ascii(bad)}): give it as served")
+    return name
 
 
 # --- durations and times with units (fleet) -------------------------------------------------------

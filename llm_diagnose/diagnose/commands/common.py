@@ -41,7 +41,7 @@ def load_evidence(path: str | Path) -> Evidence:
 
     folder = Path(path)
     if folder.is_dir() and not (folder / EVIDENCE).exists() and (folder / METRICS).exists():
-        from llm_diagnose.diagnose.collect import evidence_from_scrapes
+        from llm_diagnose.diagnose.runfolder import evidence_from_scrapes
 
         print(
             f"llm-diagnose: no {EVIDENCE} in {folder} (an interrupted run?): diagnosing the scrapes in "

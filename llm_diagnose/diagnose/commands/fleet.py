@@ -2,8 +2,9 @@
 
 Reads every replica's engine metrics for the window from the Prometheus server that already
 scrapes them (nothing is sent to the replicas), computes each replica's evidence as `run`
-does, writes `DIR/replicas/<replica>/evidence.json` (re-diagnose one with `decide`) and
-`diagnosis.json`, then compares the replicas: `DIR/fleet.json` and `DIR/summary.txt`.
+does, writes `DIR/replicas/<replica>/` as any run folder is written (collect.write_run:
+evidence.json, re-diagnosed with `decide`; diagnosis.json; summary.txt), then compares the
+replicas: `DIR/fleet.json` and `DIR/summary.txt`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import TYPE_CHECKING
 from llm_diagnose.diagnose.commands import argtypes
 from llm_diagnose.diagnose.commands.common import add_trace_flags, dumps, load_thresholds
 from llm_diagnose.diagnose.errors import TargetError, UsageError
-from llm_diagnose.diagnose.report.control_chars import escape_controls
-from llm_diagnose.diagnose.runfolder import DIAGNOSIS, EVIDENCE, SUMMARY, out_path, prepare_out_dir, write_atomic
+from llm_diagnose.diagnose.runfolder import SUMMARY, out_path, prepare_out_dir, write_atomic
+from llm_diagnose.diagnose.text.control_chars import escape_controls
 from llm_diagnose.probes import quantities as Q
 
 # The help names them. (Importing this module loads the probes.metrics package, HTTP client and
@@ -196,9 +197,8 @@ def _read(args: argparse.Namespace, start: float, end: float) -> FleetWindows:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llm_diagnose.diagnose.collect import trace_items_for
+    from llm_diagnose.diagnose.collect import trace_items_for, write_run
     from llm_diagnose.diagnose.fleet import fleet_view, render_text
-    from llm_diagnose.diagnose.tree import diagnose
     from llm_diagnose.diagnose.tree.evidence import Evidence, Target
     from llm_diagnose.probes.metrics.passive import passive_evidence
 
@@ -212,11 +212,8 @@ def run(args: argparse.Namespace) -> int:
     for replica, window in fw.windows.items():
         items = passive_evidence(window)
         evidence = Evidence(Target(url=window.source, label=replica), items)
-        diagnosis = diagnose(evidence, thresholds)
-        folder = args.out / REPLICAS_DIR / folders[replica]
-        folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / EVIDENCE, evidence.to_json())
-        write_atomic(folder / DIAGNOSIS, diagnosis.to_json())
+        # written as every run folder is (evidence, diagnosis, summary): `decide`/`report` read it back
+        diagnosis = write_run(args.out / REPLICAS_DIR / folders[replica], evidence, thresholds).diagnosis
         evidences[replica] = evidence
         replicas_json[replica] = {
             "folder": f"{REPLICAS_DIR}/{folders[replica]}",
@@ -266,5 +263,5 @@ def run(args: argparse.Namespace) -> int:
     summary = escape_controls(summary)  # replica names are Prometheus labels: they may carry terminal escapes
     write_atomic(args.out / SUMMARY, summary)
     sys.stdout.write(summary)
-    print(f"\nfleet folder: {args.out} (fleet.json, summary.txt, replicas/*/evidence.json)")
+    print(f"\nfleet folder: {args.out} (fleet.json, summary.txt, replicas/*/: evidence, diagnosis, summary)")
     return 0

@@ -1,7 +1,9 @@
 """`llm-diagnose gate --baseline RUN --current RUN`: fail CI on a performance regression, not on noise.
 
-Each run is read once (`load_run`: `RunFolder.open`), compared (`llm_diagnose.diagnose.gate`) and
-rendered (`llm_diagnose.diagnose.gate_render`, `report.markdown.render_gate`).
+Each run is read once (`load_run`: `RunFolder.open`), compared (`llm_diagnose.diagnose.gate.judge`) and
+rendered (`llm_diagnose.diagnose.gate.render`, `report.markdown.render_gate`). The tolerances are the
+registry's (`llm_diagnose.diagnose.tolerances`): the `[tolerances]` table of --thresholds sets
+them, the `[gate]` table of --rules over it.
 """
 
 from __future__ import annotations
@@ -9,16 +11,22 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from llm_diagnose.diagnose.commands.common import add_slo_flags, load_slo, load_thresholds
-from llm_diagnose.diagnose.commands.report import load_run
+from llm_diagnose.diagnose.commands.common import add_slo_flags, load_slo
+from llm_diagnose.diagnose.compare.request_measurements import request_measurements
 from llm_diagnose.diagnose.errors import UsageError
-from llm_diagnose.diagnose.gate import compare, request_measurements
-from llm_diagnose.diagnose.gate_render import render_json, render_junit, render_text
-from llm_diagnose.diagnose.gate_result import RunData
-from llm_diagnose.diagnose.gate_rules import GateRulesError, load_rules
+from llm_diagnose.diagnose.gate.judge import compare
+from llm_diagnose.diagnose.gate.render import render_json, render_junit, render_text
+from llm_diagnose.diagnose.gate.result import RunData
+from llm_diagnose.diagnose.gate.rules import GateRulesError, load_rules
 from llm_diagnose.diagnose.report import markdown
-from llm_diagnose.diagnose.runfolder import REQUESTS, check_out_file, out_path, write_output
+from llm_diagnose.diagnose.runfolder import REQUESTS, check_out_file, load_run, out_path, write_output
+from llm_diagnose.diagnose.tolerances import Tolerances, TolerancesError
+from llm_diagnose.diagnose.toml_file import read_toml
+
+if TYPE_CHECKING:
+    from llm_diagnose.diagnose.tree.thresholds import Thresholds
 
 EXAMPLE = """example:
   llm-diagnose gate --baseline runs/main --current runs/pr --junit gate.xml --markdown gate.md
@@ -37,12 +45,17 @@ def register(sub) -> None:
         description="Compare a current run with a baseline: latency and throughput quantiles, memory headroom, "
         "hit rates (bootstrap confidence interval of the change from the raw samples, against a "
         "tolerance per rule), and the diagnosis itself (new pitfalls, changed answers, newly "
-        "recommended techniques). Rules: see 'llm_diagnose/diagnose/gate_rules.py' or the README.",
+        "recommended techniques). Rules: see docs/commands/gate.md.",
     )
     p.add_argument("--baseline", required=True, metavar="RUN", help="run folder, evidence.json or diagnosis.json")
     p.add_argument("--current", required=True, metavar="RUN", help="run folder, evidence.json or diagnosis.json")
     p.add_argument("--rules", metavar="FILE", help="TOML rules (defaults: built in)")
-    p.add_argument("--thresholds", metavar="FILE", help="TOML thresholds for runs that lack a diagnosis.json")
+    p.add_argument(
+        "--thresholds",
+        metavar="FILE",
+        help="TOML: its [tolerances] set the comparison's tolerances (under --rules' [gate]); its [thresholds] "
+        "and [slo] diagnose runs that lack a diagnosis.json",
+    )
     add_slo_flags(p)  # like --thresholds: for runs that lack a diagnosis.json
     p.add_argument("--junit", type=out_path, metavar="FILE", help="also write JUnit XML here")
     p.add_argument("--markdown", type=out_path, metavar="FILE", help="also write a Markdown summary here")
@@ -50,6 +63,24 @@ def register(sub) -> None:
     p.add_argument("--fail-on-inconclusive", action="store_true", help="exit 5 when the runs are too noisy to decide")
     p.add_argument("--verbose", action="store_true", help="list passing rules too")
     p.set_defaults(func=run)
+
+
+def load_thresholds_file(path: str | None) -> tuple[Thresholds | None, Tolerances]:
+    """A --thresholds file, read once: the tree's thresholds (its `[thresholds]`; None without a file)
+    and the registry's tolerances with its `[tolerances]` table set (the defaults without a file).
+    The `[slo]` table is `load_slo`'s."""
+    from llm_diagnose.diagnose.tree.thresholds import Thresholds, ThresholdsError
+
+    if not path:
+        return None, Tolerances()
+    try:
+        data = read_toml(path, "thresholds file", TolerancesError)
+        tolerances = Tolerances().with_table(data, str(path))
+        # The [tolerances] table is the registry's, not the tree's.
+        thresholds = Thresholds.from_mapping({k: v for k, v in data.items() if k != "tolerances"}, str(path))
+    except (TolerancesError, ThresholdsError) as exc:
+        raise UsageError(str(exc)) from None
+    return thresholds, tolerances
 
 
 def _run_data(path: str, thresholds, slo=None) -> tuple[RunData, str]:
@@ -74,11 +105,11 @@ def _write(path: Path, text: str, flag: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    thresholds, tolerances = load_thresholds_file(args.thresholds)
     try:
-        rules = load_rules(args.rules)
+        rules = load_rules(args.rules, tolerances)
     except GateRulesError as exc:
         raise UsageError(str(exc)) from None
-    thresholds = load_thresholds(args.thresholds) if args.thresholds else None
     slo = load_slo(args)
     for flag in ("junit", "markdown", "json"):  # an output that cannot be written fails before the comparison
         if getattr(args, flag) is not None:

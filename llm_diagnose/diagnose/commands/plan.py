@@ -18,9 +18,9 @@ from llm_diagnose.diagnose.commands.common import (
     load_thresholds,
 )
 from llm_diagnose.diagnose.errors import UsageError
-from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.runfolder import CAPACITY_PLAN as PLAN_FILE  # the report of --out shows the plan
-from llm_diagnose.diagnose.runfolder import REQUESTS, out_path, prepare_out_dir, write_atomic
+from llm_diagnose.diagnose.runfolder import REQUESTS, out_path, prepare_out_dir, read_requests, write_atomic
+from llm_diagnose.diagnose.text.control_chars import escape_controls
 
 if TYPE_CHECKING:
     from llm_diagnose.diagnose.capacity import CapacityPlan
@@ -111,11 +111,14 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _records_beside(evidence_arg: str) -> list:
-    from llm_diagnose.probes.load.records import read_records
-
-    path = evidence_path(evidence_arg).parent / REQUESTS
-    return list(read_records(path)) if path.exists() else []
+def _records_beside(evidence_arg: str) -> tuple[list, str]:
+    """The request records of the evidence's run folder (runfolder.read_requests: unreadable lines
+    skipped and counted, a file of another schema refused, exit 2), and a note of what was skipped."""
+    read = read_requests(evidence_path(evidence_arg).parent)
+    if read is None:
+        return [], ""
+    records, lines = read
+    return list(records), lines.describe() if lines.skipped else ""
 
 
 def plan_from_args(args: argparse.Namespace) -> CapacityPlan:
@@ -150,7 +153,10 @@ def plan_from_args(args: argparse.Namespace) -> CapacityPlan:
             f"{approximated} prompts of the trace are text without a stated length: their tokens are approximated "
             "(the trace analysis's word-piece count); with --active the server's counts replace them"
         )
-    records = _records_beside(args.evidence)
+    records, skipped = _records_beside(args.evidence)
+    if skipped:
+        notes.append(skipped)
+        print(f"llm-diagnose: {skipped}", file=sys.stderr)
     model = validation = None
     if records:
         try:

@@ -1,28 +1,22 @@
 """`llm-diagnose report DIR|FILE`: a diagnosis as an HTML page, Markdown, or JSON.
 
-Also home of `load_run`, which reads what a run left behind (a run folder, its evidence.json,
-or its diagnosis.json: `RunFolder.open`) and settles the diagnosis to show; shared with `gate`.
+Each run is read once (`runfolder.load_run`: the folder, and the diagnosis to show).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 from llm_diagnose.diagnose.commands.common import add_slo_flags, load_slo, load_thresholds
 from llm_diagnose.diagnose.errors import UsageError
 from llm_diagnose.diagnose.report import content as report_content
 from llm_diagnose.diagnose.report import html, markdown
-from llm_diagnose.diagnose.runfolder import DIAGNOSIS, RunFolder, check_out_file, out_path, write_output
-from llm_diagnose.diagnose.tree import diagnose
-from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
-from llm_diagnose.diagnose.tree.evidence import Evidence
+from llm_diagnose.diagnose.runfolder import check_out_file, load_run, out_path, write_output
 from llm_diagnose.diagnose.tree.slo import SLO
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 
-__all__ = ["LoadedRun", "load_run", "register", "run", "FORMATS"]
+__all__ = ["register", "run", "FORMATS"]
 
 FORMATS = {"html": ".html", "md": ".md", "json": ".json"}
 
@@ -31,65 +25,6 @@ EXAMPLE = """example:
   llm-diagnose report runs/staging/diagnosis.json --format md >> "$GITHUB_STEP_SUMMARY"
   llm-diagnose report runs/staging --format json | jq '.recommendations[].technique'
   llm-diagnose report runs/before runs/after --out before-after.html"""
-
-
-@dataclass(frozen=True)
-class LoadedRun:
-    diagnosis: Diagnosis  # as written in diagnosis.json, or computed now (`note` says so)
-    folder: RunFolder  # everything read from the run folder, once
-    note: str = ""  # how the diagnosis was obtained, when that is worth saying
-
-    @property
-    def evidence(self) -> Evidence | None:  # None: a diagnosis.json with no evidence.json beside it
-        return self.folder.evidence
-
-    @property
-    def run_dir(self) -> Path:
-        return self.folder.path
-
-    @property
-    def label(self) -> str:
-        return self.folder.label
-
-
-def _notes(*notes: str) -> str:
-    return "; ".join(n for n in notes if n)
-
-
-def load_run(path: str | Path, thresholds: Thresholds | None = None, slo: SLO | None = None) -> LoadedRun:
-    """A run folder, an evidence.json or a diagnosis.json -> the diagnosis and its evidence.
-
-    The diagnosis is read from diagnosis.json when there is one (it is what the run decided,
-    with the thresholds and SLO it ran with); otherwise it is computed from the evidence, with
-    `thresholds` and `slo` where given. Unreadable files, and files of another schema, raise
-    RunFolderError (exit 2, one line).
-    """
-    folder = RunFolder.open(path)
-    evidence, written = folder.evidence, folder.diagnosis
-    if written is None:
-        assert evidence is not None  # RunFolder.open refuses a folder with neither
-        diagnosis = diagnose(evidence, thresholds, slo=slo)
-        if folder.from_scrapes:
-            return LoadedRun(diagnosis, folder, folder.note)
-        note = (
-            f"no {DIAGNOSIS} beside {folder.evidence_path}: diagnosed now"
-            + (f" with thresholds from {thresholds.source}" if thresholds is not None else " with default thresholds")
-            + (f" and the SLO from {slo.source}" if slo is not None and slo.declared else "")
-        )
-        return LoadedRun(diagnosis, folder, note)
-    dg_path, ev_path = folder.diagnosis_path, folder.evidence_path
-    note = ""
-    # The tree is cheap and pure: re-running it is the one way to get the digest it records.
-    if evidence is not None and written.evidence_digest != diagnose(evidence, thresholds).evidence_digest:
-        note = f"{dg_path} was computed from other evidence than {ev_path}: it is used as written"
-    if slo is not None and slo.declared and not slo.equivalent(written.slo):
-        note = _notes(
-            note,
-            f"{dg_path} was judged against {'its recorded SLO' if written.slo.declared else 'no SLO'}, used as "
-            f"written: the SLO given applies only without a {DIAGNOSIS} (re-judge: llm-diagnose decide "
-            f"{ev_path} --slo ...)",
-        )
-    return LoadedRun(written, folder, note)
 
 
 def register(sub) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import re
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,27 +24,37 @@ from llm_diagnose.diagnose.commands.common import (
 )
 from llm_diagnose.diagnose.errors import ExitCode, UsageError
 from llm_diagnose.diagnose.report.content import requests_line
-from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.runfolder import METRICS, out_path, prepare_out_dir
+from llm_diagnose.diagnose.text.control_chars import escape_controls
 from llm_diagnose.probes import quantities as Q
 
 # The help names them. (Importing this module loads the probes.experiments package, HTTP client
 # included, until that package's __init__ imports its submodules lazily.)
 from llm_diagnose.probes.experiments.plan import ALL_EXPERIMENTS
 from llm_diagnose.probes.load.budget import DEFAULT_MAX_RPS
+from llm_diagnose.probes.results import Fact, NotMeasured, Provenance, Result
 
 if TYPE_CHECKING:
+    from llm_diagnose.probes.discovery import Discovered
+    from llm_diagnose.probes.load.budget import ActiveBudget
     from llm_diagnose.probes.metrics.window import ScrapeRecord
 
 # A run whose server failed more than this share of the requests it sent exits PARTIAL (4): its
 # figures describe the few requests answered, not the server's service.
 LOST_MOST_FRACTION = 0.5
+# A plain server (no engine metrics) is attached after one completion of one token: that check may
+# take at most this share of --budget-seconds, and at most PLAIN_CHECK_MAX_S (a server that cannot
+# give one token in 30 s is not measured by this run); the experiments get the budget less what it took.
+PLAIN_CHECK_SHARE = 0.25
+PLAIN_CHECK_MAX_S = 30.0
 
 EXAMPLE = """example:
   llm-diagnose run --url http://127.0.0.1:8000 --duration 60 --out runs/staging
   llm-diagnose run --url http://127.0.0.1:8000 --out runs/staging-active --active \\
       --budget-requests 150 --budget-seconds 60
   llm-diagnose run --url http://127.0.0.1:8000 --out runs/after --active --replay runs/staging-active
+  llm-diagnose run --url http://127.0.0.1:8000 --out runs/plain --active --model ./my-model
+      (a plain `transformers serve ./my-model`: no engine metrics, measured from the client)
   llm-diagnose run --url http://10.0.0.7:8000 --duration 300 --interval 5 --out runs/prod-a --offline
   llm-diagnose run --url http://127.0.0.1:8000 --out runs/chat --slo itl:p99:100ms --slo ttft:p99:2s"""
 
@@ -54,7 +66,9 @@ def register(sub) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Scrape the server's /metrics over a window (passive: no inference request is sent), "
-        "discover its configuration, read GPU memory where a driver exists, and diagnose.",
+        "discover its configuration, read GPU memory where a driver exists, and diagnose. With --active, a "
+        "server without engine metrics (a plain OpenAI-compatible server: transformers serve, a gateway) is "
+        "measured from the client once one POST /v1/completions answers.",
     )
     p.add_argument("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument(
@@ -106,6 +120,14 @@ def register(sub) -> None:
         "--experiments",
         metavar="LIST",
         help=f"comma-separated subset of {','.join(ALL_EXPERIMENTS)} (default: all)",
+    )
+    active.add_argument(
+        "--model",
+        type=argtypes.model_name,
+        metavar="NAME",
+        help="the model the requests ask for (default: the first that GET /v1/models lists; a server that lists "
+        "none, or answers it with an error, is sent requests that name no model, which a server pinned to one "
+        "model serves)",
     )
     active.add_argument(
         "--replay",
@@ -261,14 +283,14 @@ def _replay_hook(args: argparse.Namespace, source):
             except ProbeHTTPError:
                 return None  # run_target meets the same failure and says so
 
-    plan = plan_replay(source, budget, asyncio.run(served()))
+    plan = plan_replay(source, budget, args.model or asyncio.run(served()))
     load = _load_before_sending(args)
     print(_will_send(args, budget, plan.describe()), file=sys.stderr)
 
-    async def active(base_url, found, run_dir):
-        return {**load.evidence(), **await run_replay(base_url, plan, budget, run_dir)}
+    async def send(base_url, found, run_dir, budget_left):
+        return {**load.evidence(), **await run_replay(base_url, plan, budget_left, run_dir)}
 
-    return active
+    return _attaching(args, budget, send)
 
 
 def _active_hook(args: argparse.Namespace):
@@ -283,19 +305,111 @@ def _active_hook(args: argparse.Namespace):
             f"--experiments: unknown {', '.join(unknown) or '(none given)'}; choose from {','.join(ALL_EXPERIMENTS)}"
         )
     budget = _budget(args)
-    plan = asyncio.run(prepare_plan(args.url, None, budget, chosen))  # GET /v1/models only
+    plan = asyncio.run(prepare_plan(args.url, args.model, budget, chosen))  # GET /v1/models only
     load = _load_before_sending(args)
     print(_will_send(args, budget, describe_plan(plan)), file=sys.stderr)
 
-    async def active(base_url, found, run_dir):
+    async def send(base_url, found, run_dir, budget_left):
         # Discovery's facts (max_num_seqs, the step budget where the server shows its configuration)
-        # size the experiments, with the calibration request's measured speed.
+        # size the experiments, with the calibration request's measured speed. A plain server has no
+        # metrics page to read between experiments.
         results = await run_experiments(
-            base_url, found.model, budget, run_dir, plan=plan, metrics_url=found.metrics_url, engine_facts=found.facts
+            base_url,
+            args.model or found.model,
+            budget_left,
+            run_dir,
+            plan=plan,
+            metrics_url=None if found.plain else found.metrics_url,
+            engine_facts=found.facts,
         )
         return {**load.evidence(), **results}
 
+    return _attaching(args, budget, send)
+
+
+def _attaching(args: argparse.Namespace, budget: ActiveBudget, send):
+    """The active hook run_target calls with what discovery found: `send(base_url, found, run_dir,
+    budget)` sends the run's requests; a plain server (no engine metrics) is checked first, and
+    the budget that check left is the one sent with. --model becomes the served model's fact."""
+
+    async def active(base_url, found, run_dir):
+        attached: dict[str, Result] = {}
+        budget_left = budget
+        if found.plain:
+            budget_left, attached = await _attach_plain(base_url, found, budget, args.model or found.model)
+        if args.model:
+            listed = f"; /v1/models listed {found.model!r}" if found.model and found.model != args.model else ""
+            attached[Q.ENGINE_MODEL] = Fact(
+                args.model, Provenance("declared", "command line"), note=f"the requests name it (--model){listed}"
+            )
+        items = await send(base_url, found, run_dir, budget_left)
+        return _with_attachment(items, attached)
+
     return active
+
+
+async def _attach_plain(
+    base_url: str, found: Discovered, budget: ActiveBudget, model: str | None
+) -> tuple[ActiveBudget, dict[str, Result]]:
+    """A target without engine metrics (discovery's `plain`): say so, send the one completion that
+    checks it serves completions, and return the budget left with the attachment's evidence.
+
+    Raises:
+        UsageError: the budget has no request left for the experiments after the check (nothing sent).
+        NotAnLLMServer, TargetUnreachable, HTTPStatusError: the check got no completion (exit 3).
+    """
+    from llm_diagnose.probes.discovery import CHECK_MAX_TOKENS, PLAIN_SERVER, check_completions, plain_server_remedy
+    from llm_diagnose.probes.http import make_session
+
+    if budget.max_requests < 2:
+        raise UsageError(
+            f"{found.plain}: attaching it as a {PLAIN_SERVER} takes one request of the budget to check that it "
+            "serves completions, and --budget-requests 1 leaves none for the experiments: raise --budget-requests"
+        )
+    timeout_s = min(PLAIN_CHECK_MAX_S, PLAIN_CHECK_SHARE * budget.max_seconds)
+    named = f"model {model!r}" if model else "no model name"
+    print(
+        escape_controls(
+            f"llm-diagnose: note: {found.plain}: attaching it as a {PLAIN_SERVER}, measured from the client only; "
+            f"first one POST /v1/completions of {CHECK_MAX_TOKENS} token ({named}, within {timeout_s:g} s, one "
+            "request of the budget) checks that it serves completions"
+        ),
+        file=sys.stderr,
+    )
+    t0 = time.monotonic()
+    async with make_session() as session:
+        check = await check_completions(session, base_url, model, timeout_s=timeout_s)
+    spent_s = time.monotonic() - t0
+    left = dataclasses.replace(
+        budget, max_requests=budget.max_requests - 1, max_seconds=max(budget.max_seconds - spent_s, 1e-3)
+    )
+    remedy = plain_server_remedy(found.engine)
+    prov = Provenance("discovery", found.base_url)
+    attached: dict[str, Result] = {
+        Q.ACTIVE_NOTES: Fact(
+            f"attached as a {PLAIN_SERVER}: {found.plain}; {check.description} (the check took 1 request and "
+            f"{spent_s:.1f} s of the budget); the engine's own figures are not measured ({remedy})",
+            prov,
+        ),
+        Q.SERVER_REQUESTS_AT_START: NotMeasured(
+            f"not measured here, because {found.plain}: the server's own requests in flight are an engine figure",
+            remedy,
+            prov,
+        ),
+    }
+    model_fact = check.model_fact(found.base_url + "/v1/completions")
+    if model_fact is not None and Q.ENGINE_MODEL not in found.facts:  # /v1/models named none
+        attached[Q.ENGINE_MODEL] = model_fact
+    return left, attached
+
+
+def _with_attachment(items: dict[str, Result], attached: dict[str, Result]) -> dict[str, Result]:
+    """The sent requests' evidence with the attachment's; its note goes before theirs."""
+    out = {**items, **attached}
+    note, theirs = attached.get(Q.ACTIVE_NOTES), items.get(Q.ACTIVE_NOTES)
+    if isinstance(note, Fact) and isinstance(theirs, Fact):
+        out[Q.ACTIVE_NOTES] = dataclasses.replace(theirs, value=f"{note.value}; {theirs.value}")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -309,6 +423,8 @@ def run(args: argparse.Namespace) -> int:
     if args.microbench:  # read before the target is touched; its own keys only (join_evidence's rule)
         bench = load_evidence(args.microbench).items
         extra = {**{k: v for k, v in bench.items() if Q.is_microbench_key(k)}, **extra}
+    if args.model is not None and not args.active:
+        raise UsageError("--model names the model the requests ask for: add --active (a passive run sends none)")
     replay = _read_replay(args) if args.replay is not None else None  # bad input: nothing sent
     if args.gpus:
         _check_gpus(args.gpus)
@@ -332,6 +448,7 @@ def run(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         kv_capacity_tokens=args.kv_capacity_tokens,
         gpus=args.gpus,
+        attach_plain=active is not None,  # the hooks above check a plain server before they send
     )
     planned = int(duration // args.interval) + 1
     if not args.quiet:

@@ -1,7 +1,8 @@
 """`llm-diagnose verify BEFORE AFTER`: did the change between two runs deliver what it promised?
 
 Each run is read once (`load_run`: `RunFolder.open`), judged (`llm_diagnose.diagnose.verify.judge`)
-and rendered (`llm_diagnose.diagnose.verify.render`).
+and rendered (`llm_diagnose.diagnose.verify.render`). The tolerances are the registry's
+(`llm_diagnose.diagnose.tolerances`), set by the `[tolerances]` table of --thresholds.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ def register(sub) -> None:
         metavar="RUN",
         help="a second run of BEFORE's configuration (fresh server): AFTER is judged against both (A/B/A)",
     )
+    p.add_argument(
+        "--thresholds",
+        metavar="FILE",
+        help="TOML: its [tolerances] set the comparison's tolerances (the workload checks', the failure ceiling, "
+        "the metrics'); its [thresholds] and [slo] diagnose runs that lack a diagnosis.json",
+    )
     p.add_argument("--change", metavar="NOTE", default="", help="what was changed, in words (a note only)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of text")
     p.add_argument("--junit", type=out_path, metavar="FILE", help="also write JUnit XML here")
@@ -61,8 +68,10 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llm_diagnose.diagnose.commands.report import load_run
-    from llm_diagnose.diagnose.runfolder import check_out_file, write_output
+    from llm_diagnose.diagnose.commands.common import load_slo
+    from llm_diagnose.diagnose.commands.gate import load_thresholds_file
+    from llm_diagnose.diagnose.compare.settings import CompareSettings
+    from llm_diagnose.diagnose.runfolder import check_out_file, load_run, write_output
     from llm_diagnose.diagnose.verify.bracket import verify_bracketed
     from llm_diagnose.diagnose.verify.judge import RunSide, verify
     from llm_diagnose.diagnose.verify.render import render_json, render_junit, render_markdown, render_text
@@ -70,14 +79,21 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("junit", "markdown", "html"):  # an output that cannot be written fails before the comparison
         if getattr(args, flag) is not None:
             check_out_file(getattr(args, flag), f"--{flag}")
-    loaded = [load_run(path) for path in (args.before, args.after)]
+    thresholds, tolerances = load_thresholds_file(args.thresholds)
+    settings = CompareSettings(tolerances=tolerances)
+    slo = load_slo(args)
+    loaded = [load_run(path, thresholds, slo if slo.declared else None) for path in (args.before, args.after)]
     before, after = (RunSide.of(x.folder, x.diagnosis, x.note) for x in loaded)
     if args.control is None:
-        result = verify(before, after, change_note=args.change)
+        result = verify(before, after, change_note=args.change, settings=settings)
     else:
-        control = load_run(args.control)
+        control = load_run(args.control, thresholds, slo if slo.declared else None)
         result = verify_bracketed(
-            before, after, RunSide.of(control.folder, control.diagnosis, control.note), change_note=args.change
+            before,
+            after,
+            RunSide.of(control.folder, control.diagnosis, control.note),
+            change_note=args.change,
+            settings=settings,
         )
     sys.stdout.write(render_json(result) if args.json else render_text(result))
     if args.junit:

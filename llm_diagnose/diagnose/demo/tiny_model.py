@@ -42,6 +42,15 @@ SIZES: dict[str, dict[str, Any]] = {
         "head_dim": 64,
         "intermediate_size": 1408,
     },
+    # ~162 M parameters (12 layers of 1024: 4 x 1024^2 attention + 3 x 1024 x 2816 MLP, two 4096 x
+    # 1024 embeddings): tens of ms per token on a 2-core CPU, as a large model on a GPU (issues 24, 26).
+    "slow": {
+        "hidden_size": 1024,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 16,
+        "head_dim": 64,
+        "intermediate_size": 2816,
+    },
 }
 VOCAB_SIZE = 4096
 MAX_POSITIONS = 2048

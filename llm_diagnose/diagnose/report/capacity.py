@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.report.svg import BLUE, GREEN, GREY, ORANGE, PURPLE, Chart
 from llm_diagnose.diagnose.runfolder import CAPACITY_PLAN as PLAN_FILE  # the run folder reads it (RunFolder)
+from llm_diagnose.diagnose.text.control_chars import escape_controls
 
 __all__ = ["PLAN_FILE", "console_text", "markdown_lines", "html_section", "goodput_svg"]
 
@@ -143,7 +143,7 @@ def console_text(plan: Mapping[str, Any]) -> str:
 
 
 def markdown_lines(plan: Mapping[str, Any]) -> list[str]:
-    from llm_diagnose.diagnose.report.markdown import cell, text
+    from llm_diagnose.diagnose.text.markdown_text import cell, text
 
     out = [
         "### Capacity plan",

@@ -9,7 +9,7 @@ server can carry terminal escapes, and this text is printed and written to summa
 from __future__ import annotations
 
 from llm_diagnose.diagnose.report.content import engine_line, requests_line, shown_settings, slo_summary
-from llm_diagnose.diagnose.report.control_chars import escape_controls
+from llm_diagnose.diagnose.text.control_chars import escape_controls
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes import quantities as Q

@@ -21,7 +21,8 @@ import json
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from llm_diagnose.diagnose.report.control_chars import escape_controls_in_json
+from llm_diagnose.diagnose.text.control_chars import escape_controls_in_json
+from llm_diagnose.diagnose.text.values import ACTIVE_STATUSES, UNSETTLED_STATUSES, format_value
 from llm_diagnose.diagnose.tree.diagnosis import Comparison, Diagnosis, Recommendation
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.probes import quantities as Q
@@ -49,32 +50,7 @@ __all__ = [
 
 REPORT_SCHEMA = "llm-diagnose/report"
 REPORT_VERSION = 1
-ACTIVE_STATUSES = ("recommended", "not-working")  # what the verdict lists: something to change
-UNSETTLED_STATUSES = ("on-unverified", "unknown")  # the diagnosis could not tell whether it is needed or works
 _MIN_SCRUB_LEN = 8  # shorter strings are too likely to be ordinary words to scrub everywhere
-
-
-# --- values ------------------------------------------------------------------------------
-def format_value(value: float, unit: str) -> str:
-    """A number in its unit, as a person reads it (GiB, ms, %)."""
-    if unit == "bytes":
-        for factor, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-            if abs(value) >= factor:
-                return f"{value / factor:.2f} {name}"
-        return f"{value:.0f} B"
-    if unit == "s":
-        if abs(value) >= 1 or value == 0:
-            return f"{value:.3g} s"
-        return f"{value * 1e3:.3g} ms" if abs(value) >= 1e-3 else f"{value * 1e6:.3g} µs"
-    if unit == "fraction":
-        return f"{value:.1%}"
-    if unit in ("tokens", "count", "requests", "samples") and float(value).is_integer():
-        return f"{int(value):,} {unit}" if unit != "count" else f"{int(value):,}"
-    if unit == "1/s":
-        return f"{value:.3g}/s"
-    if unit in ("ratio", "unit", ""):
-        return f"{value:.3g}"
-    return f"{value:.4g} {unit}"
 
 
 def redact_marker(text: str) -> str:

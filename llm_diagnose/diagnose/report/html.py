@@ -15,9 +15,9 @@ from html import escape
 
 from llm_diagnose.diagnose.report import capacity
 from llm_diagnose.diagnose.report.content import content
-from llm_diagnose.diagnose.report.control_chars import escape_controls
 from llm_diagnose.diagnose.report.figures import Figure, figures
 from llm_diagnose.diagnose.runfolder import RunFolder
+from llm_diagnose.diagnose.text.control_chars import escape_controls
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 
@@ -262,7 +262,7 @@ def render(
             _techniques(c),
             _provenance(c),
             "<footer>Written by llm-diagnose. Stable identifiers (Q1-Q6, KV, OB, techniques, pitfalls) are "
-            "listed in the README.</footer>",
+            "listed in docs/identifiers.md.</footer>",
         ]
     )
     return page(c["title"], body)

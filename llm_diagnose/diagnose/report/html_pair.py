@@ -14,18 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
-from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.report.content import content, prompt_scrubber
 from llm_diagnose.diagnose.report.figures import figures
 from llm_diagnose.diagnose.report.html import badge, figure, page, table
-from llm_diagnose.diagnose.runfolder import RunFolder
+from llm_diagnose.diagnose.runfolder import LoadedRun, RunFolder
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.verify import render as verify_render
 from llm_diagnose.diagnose.verify.result import VerifyResult
-
-if TYPE_CHECKING:
-    from llm_diagnose.diagnose.commands.report import LoadedRun
 
 __all__ = ["PairSide", "render_pair"]
 

@@ -12,47 +12,20 @@ shown, not obeyed, where the file is printed in a CI log).
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from llm_diagnose.diagnose.report import capacity
 from llm_diagnose.diagnose.report.content import content
-from llm_diagnose.diagnose.report.control_chars import escape_controls
+from llm_diagnose.diagnose.text.control_chars import escape_controls
+from llm_diagnose.diagnose.text.markdown_text import cell, code, text
 from llm_diagnose.diagnose.tree.diagnosis import Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 
 if TYPE_CHECKING:  # gate imports nothing from here; the types are only for annotations
-    from llm_diagnose.diagnose.gate_result import GateResult
+    from llm_diagnose.diagnose.gate.result import GateResult
     from llm_diagnose.diagnose.runfolder import RunFolder
 
 __all__ = ["render", "render_gate", "cell", "text", "code"]
-
-_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
-
-
-def text(s: str) -> str:
-    """Plain text, safe anywhere in Markdown: no markup, no HTML, one line."""
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _SPECIAL.sub(r"\\\1", " ".join(s.split()))
-
-
-def cell(s: str) -> str:
-    """Text for a table cell (pipes escaped like everything else; never empty, so the row keeps its shape)."""
-    return text(s) or " "
-
-
-def code(s: str) -> str:
-    """An inline code span, safe in a table cell.
-
-    Inside a code span Markdown shows characters as they are, so only two things need care:
-    a backtick run (the fence is made longer than any run inside) and the pipe, which GFM
-    splits table cells on even inside code unless it is escaped.
-    """
-    s = " ".join(s.split()).replace("|", "\\|")
-    longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if s.startswith("`") or s.endswith("`") else ""
-    return f"{fence}{pad}{s}{pad}{fence}"
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> list[str]:

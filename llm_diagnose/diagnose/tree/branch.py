@@ -10,7 +10,7 @@ from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.diagnose.tree.reading import Reading
 from llm_diagnose.diagnose.tree.signals import setting
 from llm_diagnose.diagnose.tree.slo import SLO
-from llm_diagnose.diagnose.tree.techniques import CATALOGUE
+from llm_diagnose.diagnose.tree.techniques.catalogue import CATALOGUE
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
 
 __all__ = ["Branches", "needed"]

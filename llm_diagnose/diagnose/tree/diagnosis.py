@@ -1,7 +1,7 @@
 """What a diagnosis is made of: answers, the path, recommendations, pitfalls.
 
 All values are frozen and round-trip exactly through JSON (`Diagnosis.from_dict(d.to_dict())
-== d`), so a CI script can match on the stable identifiers (README, "Identifiers").
+== d`), so a CI script can match on the stable identifiers (docs/identifiers.md).
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from llm_diagnose.diagnose.tree.slo import SLO, ObjectiveCheck
+from llm_diagnose.diagnose.tree.techniques.catalogue import TECHNIQUE_IDS, TECHNIQUE_ON_NODES
 
 __all__ = [
     "QUESTIONS",
     "TECHNIQUES",
+    "TECHNIQUE_ON_NODES",
     "PITFALLS",
     "AnswerValue",
     "Comparison",
@@ -34,19 +36,7 @@ DIAGNOSIS_SCHEMA = "llm-diagnose/diagnosis"
 DIAGNOSIS_VERSION = 1
 
 QUESTIONS = ("Q1", "Q2", "Q3", "Q4", "Q5", "Q6", "KV", "OB")
-TECHNIQUES = (
-    "quantization",
-    "parallelism",
-    "scale-out",
-    "prefix-caching",
-    "continuous-batching",
-    "paged-attention",
-    "speculative-decoding",
-    "chunked-prefill",
-    "pd-disaggregation",
-    "kv-offload",
-    "offline-batch",
-)
+TECHNIQUES = TECHNIQUE_IDS  # read from the technique records (llm_diagnose.diagnose.tree.techniques)
 PITFALLS = (
     "dynamic-prefix",
     "unstable-serialization",
@@ -56,16 +46,6 @@ PITFALLS = (
     "weight-only-quantization",
     "warm-cache-benchmark",
 )
-
-# The path node where the tree records whether a technique is switched on (yes / no / unknown).
-TECHNIQUE_ON_NODES = {
-    "prefix-caching": "Q2.prefix-caching-on",
-    "continuous-batching": "Q3.continuous-batching-on",
-    "paged-attention": "Q4.paged-kv-on",
-    "speculative-decoding": "Q5.spec-decode-on",
-    "chunked-prefill": "Q6.chunked-prefill-on",
-    "kv-offload": "KV.offload-on",
-}
 
 AnswerValue = Literal["yes", "no", "unknown"]
 Status = Literal["recommended", "in-place", "on-unverified", "not-working", "not-indicated", "unknown"]

@@ -132,7 +132,7 @@ _HOW_TO_MEASURE = {
     "batching.": "the active heterogeneity experiment: --active",
     "interference.itl_inflation": "the active interference experiment: --active",
     "kv.waste_fraction": "the in-process PyTorch probe (llm-diagnose instrument) on servers without paged KV",
-    "memory.": "NVML on the GPU host (run llm-diagnose there, or in the sidecar described in the README)",
+    "memory.": "NVML on the GPU host (run llm-diagnose there, or in the sidecar described in docs/containers.md)",
     "pd.": "the KV-connector metrics of a disaggregated deployment (NIXL/Mooncake connectors)",
     "config.pd_disaggregation": "the engine's configuration: SGLang /server_info, vLLM dev-mode /server_info",
     "workload.interactive": "declare it: --interactive or --offline",

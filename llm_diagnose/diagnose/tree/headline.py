@@ -18,11 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from llm_diagnose.diagnose.tree.diagnosis import Answer, PitfallCheck, Recommendation
+from llm_diagnose.diagnose.tree.remedy import DEFAULT_REMEDY
 from llm_diagnose.diagnose.tree.slo import ObjectiveCheck
+from llm_diagnose.diagnose.tree.techniques.catalogue import TECHNIQUE_RANK
 
-__all__ = ["headline", "PITFALL_RANK", "TECHNIQUE_RANK"]
+__all__ = ["headline", "PITFALL_RANK"]
 
-# Most consequential first: what slows every request or caps throughput, before what costs a share.
+# Most consequential first: what slows every request or caps throughput, before what costs a share
+# (the techniques' order is each record's `rank`: llm_diagnose.diagnose.tree.techniques).
 PITFALL_RANK = (
     "spec-decode-low-acceptance",
     "batch-not-growing",
@@ -31,19 +34,6 @@ PITFALL_RANK = (
     "dynamic-prefix",
     "unstable-serialization",
     "warm-cache-benchmark",
-)
-TECHNIQUE_RANK = (
-    "parallelism",
-    "quantization",
-    "continuous-batching",
-    "paged-attention",
-    "prefix-caching",
-    "chunked-prefill",
-    "speculative-decoding",
-    "kv-offload",
-    "offline-batch",
-    "pd-disaggregation",
-    "scale-out",
 )
 # Answers that come from configuration or a declaration, not from a measurement of the server.
 _NOT_MEASURED_VERDICTS = ("paged", "untested", "offline")
@@ -73,12 +63,14 @@ def headline(
     least: float = 0.5,
     not_counted: frozenset[str] = frozenset(),
     findings: Sequence[tuple[str, str]] = (),
+    remedy: str = DEFAULT_REMEDY,
 ) -> tuple[str, str, str]:
     """(headline_kind, headline_subject, bottleneck text); answers at or below confidence
     `least` (confidence.headline_min), and the questions in `not_counted` (answered only from
     the live window of a near-idle server), do not count as measured. `findings`: (question,
     line) for problems no technique fixes, headlined as `investigate` where that question's
-    answer is firmer than `least`."""
+    answer is firmer than `least`. `remedy`: what would measure something, said where nothing was
+    (tree.remedy, from what the run already did)."""
     detected = sorted((p for p in pitfalls if p.detected), key=lambda p: _rank(PITFALL_RANK, p.pitfall))
     if detected:
         p = detected[0]
@@ -148,11 +140,7 @@ def headline(
         return (
             "nothing-measured",
             "",
-            (
-                f"{what}: attach to a loaded server, give a trace (--trace) or run the experiments (--active)"
-                + slo_tail
-                + held
-            ),
+            (f"{what}: {remedy}" + slo_tail + held),
         )
     tail = f"; {len(unknown)} question(s) could not be answered: {', '.join(unknown)}" if unknown else ""
     nothing = "no bottleneck found firmly enough to headline" if held else "no bottleneck found"

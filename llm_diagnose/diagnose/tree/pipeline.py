@@ -19,6 +19,7 @@ which no layout fixes).
 
 from __future__ import annotations
 
+from llm_diagnose.diagnose.tree.controlled import preferred
 from llm_diagnose.diagnose.tree.declared import objective_labels
 from llm_diagnose.diagnose.tree.diagnosis import Answer
 from llm_diagnose.diagnose.tree.reading import Reading
@@ -30,7 +31,7 @@ __all__ = ["pipeline_for_latency"]
 
 def _tail_only(r: Reading) -> bool:
     """The median gap is within q5.max_itl_p50_s and the p99 is stalls above it."""
-    p50, p99 = r.num(Q.ITL_P50), r.num(Q.ITL_P99)
+    p50, p99 = r.num(preferred(r.evidence, Q.ITL_P50)), r.num(preferred(r.evidence, Q.ITL_P99))
     th = r.thresholds
     return (
         p50 is not None and p99 is not None and p50 <= th["q5.max_itl_p50_s"] and p99 >= th["q5.stall_tail_ratio"] * p50
@@ -65,7 +66,7 @@ def pipeline_for_latency(r: Reading, q5: Answer, slo: SLO) -> tuple[bool | None,
         return False, f"{layout}, and tokens come fast enough ({q5.rationale})", "Q5"
     else:
         return None, f"{layout}; whether it meets the latency goal is open ({q5.rationale})", "Q5"
-    p50 = r.num(Q.ITL_P50)
+    p50 = r.num(preferred(r.evidence, Q.ITL_P50))
     gap = f" (median gap {p50 * 1e3:.1f} ms, at best about {p50 / pp * 1e3:.1f} ms split {n:.0f} ways)" if p50 else ""
     return (
         True,

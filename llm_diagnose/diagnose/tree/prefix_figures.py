@@ -22,10 +22,11 @@ from llm_diagnose.diagnose.tree.branch import Branches, needed
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.diagnose.tree.reading import Reading
 from llm_diagnose.probes import quantities as Q
+from llm_diagnose.probes.warning_codes import WarningCode
 
 __all__ = ["engine_figure", "active_cache_check", "judge_cache_apart", "ENGINE_FIGURE_METHOD"]
 
-# The provenance method of a value sampled from an engine's gauge (llm_diagnose.probes.metrics.passive_prefix).
+# The provenance method of a value sampled from an engine's gauge (llm_diagnose.probes.metrics.passive.prefix).
 ENGINE_FIGURE_METHOD = "prometheus-gauge-samples"
 
 
@@ -35,7 +36,7 @@ def engine_figure(ev: Evidence) -> str | None:
     m = ev.measurement(Q.PREFIX_HIT_RATE)
     if m is None:
         return None
-    warned = any(w.startswith(Q.ENGINE_HIT_RATE_WARNING) for w in m.warnings)
+    warned = WarningCode.ENGINE_GAUGE in m.codes
     if m.provenance.method != ENGINE_FIGURE_METHOD and not warned:
         return None
     return f"{m.value:.0%}, the engine's own figure ({m.provenance.source})"

@@ -13,8 +13,8 @@ import operator
 from llm_diagnose.diagnose.tree.diagnosis import Answer, AnswerValue, Comparison, Missing
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.diagnose.tree.thresholds import Thresholds
-from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Fact, Measurement, NotMeasured
+from llm_diagnose.probes.warning_codes import WarningCode
 
 _OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 # What settles a live verdict the evidence left open (said with every inconclusive answer).
@@ -25,8 +25,8 @@ SETTLE_LIVE = (
 
 
 def _starved_warning(m: Measurement) -> str | None:
-    """The warning a measurement taken by a starved client carries (Q.CLIENT_STARVED_WARNING)."""
-    return next((w for w in m.warnings if w.startswith(Q.CLIENT_STARVED_WARNING)), None)
+    """The warning a measurement taken by a starved client carries (its code: WarningCode.CLIENT_STARVED)."""
+    return next((w for w in m.warnings if getattr(w, "code", None) == WarningCode.CLIENT_STARVED), None)
 
 
 class IntervalVerdict:
@@ -174,8 +174,7 @@ class Reading:
                 q = min(q, th["confidence.thin_samples"])
             if m.warnings:
                 q = min(q, th["confidence.warnings"])
-            # The probe's own wording (llm_diagnose.probes.metrics.passive._reset_warning).
-            if any("counter reset" in w for w in m.warnings):
+            if WarningCode.COUNTER_RESET in m.codes:  # probes.metrics.passive.context.reset_warning
                 q = min(q, th["confidence.counter_reset"])
             spread = m.summary.iqr_like_spread if m.summary is not None and m.n >= th["evidence.min_samples"] else None
             if spread is not None and spread > th["evidence.max_median_spread"]:

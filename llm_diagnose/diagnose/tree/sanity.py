@@ -95,19 +95,23 @@ def _cross(ev: Evidence, th: Thresholds) -> Iterable[tuple[str, str]]:
                 "a cache warm from other traffic, or a trace that is not this traffic"
             ),
         )
-    if ev.fact(Q.SPEC_DECODE) is False:
-        for key in (Q.SPEC_ACCEPTANCE_RATE, Q.SPEC_ACCEPTANCE_LENGTH):
-            if num(key) is not None:
-                yield key, "speculative-decoding counters while speculative decoding is reported off"
-    length, k = num(Q.SPEC_ACCEPTANCE_LENGTH), num(Q.NUM_SPECULATIVE_TOKENS)
-    if length is not None and length < 1.0:
-        yield Q.SPEC_ACCEPTANCE_LENGTH, f"{length:.3g} tokens per verify step: the bonus token alone makes it >= 1"
-    elif length is not None and k is not None and length > k + 1.0 + 1e-9:
-        yield Q.SPEC_ACCEPTANCE_LENGTH, f"{length:.3g} tokens per verify step from {k:.0f} drafts: at most {k + 1:.0f}"
+    # What the engine served and what the speculative-decoding experiment measured, each checked.
+    for rate_key, length_key in (
+        (Q.SPEC_ACCEPTANCE_RATE, Q.SPEC_ACCEPTANCE_LENGTH),
+        (Q.SPEC_ACTIVE_ACCEPTANCE_RATE, Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH),
+    ):
+        if ev.fact(Q.SPEC_DECODE) is False and ev.measurement(rate_key) is not None:
+            yield rate_key, "speculative-decoding counters while speculative decoding is reported off"
+        length, k = num(length_key), num(Q.NUM_SPECULATIVE_TOKENS)
+        if length is not None and length < 1.0:
+            yield length_key, f"{length:.3g} tokens per verify step: the bonus token alone makes it >= 1"
+        elif length is not None and k is not None and length > k + 1.0 + 1e-9:
+            yield length_key, f"{length:.3g} tokens per verify step from {k:.0f} drafts: at most {k + 1:.0f}"
     if ev.fact(Q.PD_DISAGGREGATION) is False and num(Q.KV_TRANSFER_TTFT_SHARE) is not None:
         yield Q.KV_TRANSFER_TTFT_SHARE, "KV transfer time while prefill/decode disaggregation is reported off"
     for low, high in (
         (Q.ITL_P50, Q.ITL_P99),
+        (Q.DECODE_BATCH1_ITL_P50, Q.DECODE_BATCH1_ITL_P99),
         (Q.TTFT_P50, Q.TTFT_P99),
         (Q.INPUT_LEN_P50, Q.INPUT_LEN_P99),
         (Q.OUTPUT_LEN_P50, Q.OUTPUT_LEN_P99),

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llm_diagnose.diagnose.toml_file import read_toml
+from llm_diagnose.diagnose.tree.controlled import preferred
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Measurement, percentile
 
@@ -113,7 +114,8 @@ class Objective:
         one); else not judged, with what would measure it."""
         keys = EVIDENCE_KEYS.get(self.metric, {})
         known: dict[float, tuple[str, Measurement]] = {}
-        for p, key in keys.items():
+        for p, served in keys.items():
+            key = preferred(evidence, served)  # the controlled experiment's figure where it measured one
             result = evidence.get(key)
             if isinstance(result, Measurement):
                 known[p] = (key, result)
@@ -319,13 +321,7 @@ class SLO:
     @classmethod
     def from_toml(cls, path: str | Path) -> SLO:
         """The `[slo]` table of a TOML file (the same file may hold `[thresholds]`); none: undeclared."""
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise SLOError(f"cannot read SLO file {path}: {exc}") from None
-        except RecursionError:
-            raise SLOError(f"cannot read SLO file {path}: arrays or tables nested too deeply") from None
-        table = data.get("slo", {})
+        table = read_toml(path, "SLO file", SLOError).get("slo", {})
         if not isinstance(table, Mapping):
             raise SLOError(f"{path}: slo must be a table ([slo])")
         return cls.from_mapping(table, str(path))

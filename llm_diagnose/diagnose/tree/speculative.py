@@ -12,6 +12,7 @@ verify step is nearly free), compute-bound at a large one (drafts compete for co
 
 from __future__ import annotations
 
+from llm_diagnose.diagnose.tree.controlled import preferred
 from llm_diagnose.diagnose.tree.reading import Reading
 from llm_diagnose.diagnose.tree.schemes import spec_method_class
 from llm_diagnose.diagnose.tree.signals import roofline_at
@@ -33,8 +34,9 @@ def acceptance(r: Reading) -> tuple[bool | None, str, bool]:
             ),
             True,
         )
-    rate, length = r.num(Q.SPEC_ACCEPTANCE_RATE), r.num(Q.SPEC_ACCEPTANCE_LENGTH)
-    if length == 1.0 and rate is None and Q.SPEC_ACCEPTANCE_RATE in r.evidence.items:
+    rate_key = preferred(r.evidence, Q.SPEC_ACCEPTANCE_RATE)  # the experiment's where it measured one
+    rate, length = r.num(rate_key), r.num(preferred(r.evidence, Q.SPEC_ACCEPTANCE_LENGTH))
+    if length == 1.0 and rate is None and rate_key in r.evidence.items:
         # vLLM reports a length of 1 and an undefined rate (0/0) when nothing was drafted.
         return None, "nothing was drafted in the window (acceptance rate undefined, 1.0 token per step)", False
     k = r.num(Q.NUM_SPECULATIVE_TOKENS)

@@ -18,10 +18,11 @@ q5.max_itl_* thresholds only when no ITL objective is declared.
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from llm_diagnose.diagnose.toml_file import flatten, read_toml
 
 __all__ = ["Threshold", "DEFAULTS", "UNIT_RANGES", "Thresholds", "ThresholdsError"]
 
@@ -764,6 +765,16 @@ _ALL: list[Threshold] = [
         "than not (issue 13, item 5)",
     ),
     Threshold(
+        "confidence.other_traffic",
+        0.60,
+        "confidence",
+        "ceiling for an answer that read an active experiment's figure taken while other clients' requests were "
+        "in flight on the server (the probes' warning Q.OTHER_TRAFFIC_WARNING)",
+        "a controlled experiment beside someone else's load measures theirs too (the batch-1 decode baseline is "
+        "their batch plus one, an injected prefill lands among their prefills): as confidence.proxy, right more "
+        "often than not, and still above confidence.headline_min so a finding can lead (issue 26, item 3)",
+    ),
+    Threshold(
         "confidence.sanity",
         0.40,
         "confidence",
@@ -799,17 +810,6 @@ def _check_value(name: str, value: object, source: str) -> float:
     return number
 
 
-def _flatten(table: Mapping, prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for k, v in table.items():
-        name = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(_flatten(v, name + "."))
-        else:
-            out[name] = v
-    return out
-
-
 @dataclass(frozen=True)
 class Thresholds:
     values: Mapping[str, float] = field(default_factory=lambda: {n: t.default for n, t in DEFAULTS.items()})
@@ -822,20 +822,21 @@ class Thresholds:
     @classmethod
     def from_mapping(cls, overrides: Mapping, source: str = "mapping") -> Thresholds:
         """Overrides as `{"thresholds": {...}}` (a TOML file) or bare. A file may also hold an
-        `[slo]` table (read by `llm_diagnose.diagnose.tree.slo`); any other top-level name must be a threshold."""
-        if "thresholds" in overrides or "slo" in overrides:
+        `[slo]` table (read by `llm_diagnose.diagnose.tree.slo`) and a `[tolerances]` table (read by
+        `llm_diagnose.diagnose.tolerances`); any other top-level name must be a threshold."""
+        if "thresholds" in overrides or "slo" in overrides or "tolerances" in overrides:
             table = overrides.get("thresholds", {})
             if not isinstance(table, Mapping):
                 raise ThresholdsError(f"{source}: thresholds must be a table ([thresholds])")
-            rest = {k: v for k, v in overrides.items() if k not in ("thresholds", "slo")}
-            flat = {**_flatten(rest), **_flatten(table)}
+            rest = {k: v for k, v in overrides.items() if k not in ("thresholds", "slo", "tolerances")}
+            flat = {**flatten(rest), **flatten(table)}
         else:
-            flat = _flatten(overrides)
+            flat = flatten(overrides)
         values = {n: t.default for n, t in DEFAULTS.items()}
         for name, value in flat.items():
             if name not in DEFAULTS:
                 raise ThresholdsError(
-                    f"{source}: unknown threshold {name!r} (a file holds [thresholds] and [slo]); "
+                    f"{source}: unknown threshold {name!r} (a file holds [thresholds], [slo] and [tolerances]); "
                     f"known: {', '.join(sorted(DEFAULTS))}"
                 )
             values[name] = _check_value(name, value, source)
@@ -843,17 +844,4 @@ class Thresholds:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> Thresholds:
-        path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ThresholdsError(f"thresholds file {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ThresholdsError(f"thresholds file {path} cannot be read: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ThresholdsError(f"thresholds file {path} is not valid TOML: {exc}") from None
-        except RecursionError:
-            raise ThresholdsError(
-                f"thresholds file {path} is not readable: arrays or tables nested too deeply"
-            ) from None
-        return cls.from_mapping(data, source=str(path))
+        return cls.from_mapping(read_toml(path, "thresholds file", ThresholdsError), source=str(path))

@@ -34,9 +34,11 @@ import math
 import re
 from dataclasses import dataclass, replace
 
+from llm_diagnose.diagnose.tree.controlled import preferred
 from llm_diagnose.diagnose.tree.reading import Reading
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Measurement
+from llm_diagnose.probes.warning_codes import WarningCode
 
 __all__ = ["GRAPH_METHODS", "Part", "Decomposition", "decompose", "ms"]
 
@@ -110,19 +112,20 @@ class Decomposition:
 
 def _served(r: Reading) -> tuple[float | None, str, float | None]:
     """The served gap, what it is, and the batch it was taken at (None: not measured)."""
-    value = r.num(Q.ITL_P50)
+    key = preferred(r.evidence, Q.ITL_P50)  # the decode experiment's batch-1 figure where it measured one
+    value = r.num(key)
     if value is None:
         return None, "", None
-    m = r.evidence.measurement(Q.ITL_P50)
+    m = r.evidence.measurement(key)
     method = m.provenance.method if m is not None else "configured"
     if method.startswith("active-probe/decode"):
         # Gaps a starved client read in bunches (a median of 0) are not a time per token: the engine's
         # own mean ITL over the same batch-1 phase is (CI, a 99%-busy host: client median 0 ms, 67% of
         # gaps under 50 us, the engine's histogram 6.4 ms).
         engine = r.num(Q.DECODE_SERVER_ITL_MEAN)
-        doubt = r.disbelieved(Q.ITL_P50)
+        doubt = r.disbelieved(key)
         if engine is not None and engine > 0 and (value <= 0 or doubt is not None):
-            why = "the client that timed the gaps was starved" if doubt else f"{Q.ITL_P50} is {value:g}: bunched"
+            why = "the client that timed the gaps was starved" if doubt else f"{key} is {value:g}: bunched"
             return engine, f"the engine's own mean ITL over the decode experiment's batch-1 phase ({why})", 1.0
         return value, "median gap of the decode experiment's one-at-a-time streams", 1.0
     for key in (Q.RUNNING_MEAN, Q.CONCURRENCY_MEAN):
@@ -165,7 +168,7 @@ def _basis(key: str, m: Measurement) -> str:
 def decompose(r: Reading) -> Decomposition:
     """The served time per token split into its parts, from what the evidence holds."""
     served, served_basis, served_batch = _served(r)
-    p50, p99 = served, r.num(Q.ITL_P99)
+    p50, p99 = served, r.num(preferred(r.evidence, Q.ITL_P99))
     tail = p99 / p50 if p50 and p99 is not None else None
     growth = r.num(Q.DECODE_ITL_GROWTH)
     growth_m = r.evidence.measurement(Q.DECODE_ITL_GROWTH)
@@ -174,7 +177,7 @@ def decompose(r: Reading) -> Decomposition:
     jump_m = r.evidence.measurement(Q.DECODE_ITL_JUMP)
     ratio_m = r.evidence.measurement(Q.DECODE_CLIENT_SERVER_ITL_RATIO)
     ratio = r.num(Q.DECODE_CLIENT_SERVER_ITL_RATIO)
-    if ratio_m is not None and any("client was starved" in w for w in ratio_m.warnings):
+    if ratio_m is not None and WarningCode.CLIENT_STARVED in ratio_m.codes:
         ratio = None  # the gap between client and engine is the client's own lateness, not delivery
     base = Decomposition(
         served_s=served,

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from llm_diagnose.diagnose.compare.metric import compare_metric
+from llm_diagnose.diagnose.compare.rules import DEFAULT_METRICS
+from llm_diagnose.diagnose.compare.settings import CompareSettings
 from llm_diagnose.diagnose.errors import UsageError
-from llm_diagnose.diagnose.gate import compare_metric
-from llm_diagnose.diagnose.gate_rules import DEFAULT_METRICS, GateRules, GateSettings
 from llm_diagnose.diagnose.host_load import host_load_change
 from llm_diagnose.diagnose.verify.judge import (
     RunSide,
@@ -92,13 +93,12 @@ def bracket_side_effects(
     return tuple(out)
 
 
-def aa_drift(before: RunSide, control: RunSide, settings: GateSettings) -> str:
-    """What moved between two runs of one configuration (the gate's default metrics), in one note."""
-    rules = GateRules(settings=settings)
+def aa_drift(before: RunSide, control: RunSide, settings: CompareSettings) -> str:
+    """What moved between two runs of one configuration (the default metrics), in one note."""
     moved = [
         f"{rule.key} {o.change}"
         for rule in DEFAULT_METRICS
-        if (o := compare_metric(rule, before.evidence, control.evidence, rules)).verdict
+        if (o := compare_metric(rule, before.evidence, control.evidence, settings)).verdict
         in ("regression", "improvement")
         and o.interval is not None
     ]
@@ -137,14 +137,14 @@ def verify_bracketed(
     control: RunSide,
     *,
     change_note: str = "",
-    settings: GateSettings | None = None,
+    settings: CompareSettings | None = None,
 ) -> VerifyResult:
     """`verify(before, after)`, bracketed by `control` (a second run of BEFORE's configuration).
 
     The claims against CONTROL are BEFORE's (the techniques the BEFORE/AFTER diff adopted), and its
     side effects leave out the same claimed keys, so the two comparisons judge the same things.
     """
-    settings = settings or GateSettings()
+    settings = settings or CompareSettings()
     same = same_run(before, control)
     if same is not None:
         raise UsageError(
@@ -165,7 +165,7 @@ def verify_bracketed(
     result = replace(result, control_label=control.label, notes=tuple(notes))
     if not result.comparability.comparable:
         return result
-    workload = compare_workloads(control, after)
+    workload = compare_workloads(control, after, settings.tolerances)
     if not workload.comparable:
         reasons = tuple(f"CONTROL against AFTER: {r}" for r in workload.reasons)
         return replace(

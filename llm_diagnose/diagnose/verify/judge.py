@@ -9,11 +9,15 @@ Pure functions over two loaded runs (`RunSide`: a `RunFolder` and its diagnosis)
 2. `compare_workloads`: the two runs must have put the same load on the server (prompt and
    output lengths, requests per experiment, prefix reuse, the model): otherwise no verdict.
 3. `judge_claim`: each claim of each adopted technique (llm_diagnose.diagnose.verify.claims),
-   judged by the gate's own comparison (`llm_diagnose.diagnose.gate.compare_metric`: the
-   bootstrap interval of the change from raw samples, medians' intervals from summaries, or
+   judged by the comparison core the gate uses too (`llm_diagnose.diagnose.compare.metric.compare_metric`:
+   the bootstrap interval of the change from raw samples, medians' intervals from summaries, or
    values where there is nothing else), against the claim's minimum effect.
-4. `side_effects`: the gate's default metrics that moved beyond their tolerance with the whole
-   interval, pitfalls new in AFTER, and the SLO checks of both diagnoses.
+4. `side_effects`: the default metrics (`llm_diagnose.diagnose.compare.rules.DEFAULT_METRICS`) that
+   moved beyond their tolerance with the whole interval, pitfalls new in AFTER, and the SLO checks
+   of both diagnoses.
+
+The tolerances (the workload's, the failure ceiling's, the metrics') are the registry's
+(`llm_diagnose.diagnose.tolerances`), in force through `CompareSettings.tolerances`.
 
 `verify` puts them together into a `VerifyResult` (llm_diagnose.diagnose.verify.result).
 """
@@ -29,22 +33,29 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from llm_diagnose.diagnose.gate import compare_metric, request_measurements
-from llm_diagnose.diagnose.gate_result import Outcome
-from llm_diagnose.diagnose.gate_rules import (
-    DEFAULT_METRICS,
+from llm_diagnose.diagnose.compare.metric import compare_metric
+from llm_diagnose.diagnose.compare.outcome import Outcome
+from llm_diagnose.diagnose.compare.request_measurements import (
     REQUEST_E2E_P50,
     REQUEST_FAILED_FRACTION,
     REQUEST_TPOT_P50,
     REQUEST_TTFT_P50,
     REQUEST_TTFT_P99,
-    GateRules,
-    GateSettings,
-    MetricRule,
+    request_measurements,
 )
+from llm_diagnose.diagnose.compare.rules import DEFAULT_METRICS, MetricRule
+from llm_diagnose.diagnose.compare.settings import CompareSettings
 from llm_diagnose.diagnose.host_load import OTHER_LOAD_CHANGE_CORES, host_load_change
-from llm_diagnose.diagnose.report.content import ACTIVE_STATUSES, format_value
 from llm_diagnose.diagnose.runfolder import REQUESTS, RunFolder, RunFolderError
+from llm_diagnose.diagnose.text.values import ACTIVE_STATUSES, format_value
+from llm_diagnose.diagnose.tolerances import (
+    OUTPUT_TOKENS,
+    PREFIX_REUSE,
+    PROMPT_TOKENS,
+    REQUESTS_SENT,
+    SEND_RATE,
+    Tolerances,
+)
 from llm_diagnose.diagnose.tree.diagnosis import PITFALLS, Diagnosis
 from llm_diagnose.diagnose.tree.evidence import Evidence
 from llm_diagnose.diagnose.verify.claims import (
@@ -86,22 +97,7 @@ __all__ = [
     "judge_interval",
     "side_effects",
     "slo_changes",
-    "PROMPT_TOLERANCE",
-    "OUTPUT_TOLERANCE",
-    "REQUEST_COUNT_TOLERANCE",
-    "PREFIX_REUSE_TOLERANCE",
-    "RATE_TOLERANCE",
 ]
-
-# Workload tolerances: beyond them the two runs did not put the same load on the server, and a
-# difference in latency could come from that alone.
-PROMPT_TOLERANCE = 0.10  # median prompt tokens, relative
-OUTPUT_TOLERANCE = 0.10  # median output tokens, relative
-REQUEST_COUNT_TOLERANCE = 0.10  # requests sent per experiment, relative
-PREFIX_REUSE_TOLERANCE = 0.10  # prefix.potential_fraction, absolute
-# Shown, not deciding: the load driver's experiments wait for responses (closed loop), so the
-# send rate and the requests in flight follow the server's speed, which is what the change moves.
-RATE_TOLERANCE = 0.25
 
 # Where a claim's key has a per-request counterpart from requests.jsonl, in order of preference
 # (TTFT and end-to-end latency are the same quantity timed per request; ITL's is a proxy: a
@@ -110,7 +106,10 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     Q.TTFT_P50: (REQUEST_TTFT_P50, Q.TTFT_P50),
     Q.TTFT_P99: (REQUEST_TTFT_P99, Q.TTFT_P99),
     Q.E2E_P50: (REQUEST_E2E_P50, Q.E2E_P50),
-    Q.ITL_P50: (Q.ITL_P50, REQUEST_TPOT_P50),
+    # The decode experiment's batch-1 gap where both runs measured it (a controlled figure: the same
+    # streams alone), else what the server served, else the per-request proxy.
+    Q.ITL_P50: (Q.DECODE_BATCH1_ITL_P50, Q.ITL_P50, REQUEST_TPOT_P50),
+    Q.SPEC_ACCEPTANCE_RATE: (Q.SPEC_ACTIVE_ACCEPTANCE_RATE, Q.SPEC_ACCEPTANCE_RATE),
 }
 
 
@@ -321,8 +320,10 @@ def _workload(records: Sequence[RequestRecord], other: Sequence[RequestRecord]) 
     )
 
 
-def compare_workloads(before: RunSide, after: RunSide) -> Comparability:
-    """Whether the two runs put the same load on the same model: named tolerances, checks shown."""
+def compare_workloads(before: RunSide, after: RunSide, tolerances: Tolerances | None = None) -> Comparability:
+    """Whether the two runs put the same load on the same model: the registry's `workload.*`
+    tolerances (`tolerances`, else their defaults), checks shown."""
+    tol = tolerances or Tolerances()
     checks: list[WorkloadCheck] = []
     reasons: list[str] = []
     b_model, a_model = before.evidence.fact(Q.ENGINE_MODEL), after.evidence.fact(Q.ENGINE_MODEL)
@@ -343,37 +344,35 @@ def compare_workloads(before: RunSide, after: RunSide) -> Comparability:
                     f"requests sent ({name})",
                     bw.per_experiment.get(name, 0),
                     aw.per_experiment.get(name, 0),
-                    REQUEST_COUNT_TOLERANCE,
+                    tol[REQUESTS_SENT],
                 )
             )
-        for label, b, a, tol in (
-            ("prompt tokens (median)", bw.prompt_median, aw.prompt_median, PROMPT_TOLERANCE),
-            ("output tokens (median)", bw.output_median, aw.output_median, OUTPUT_TOLERANCE),
+        for label, b, a, limit in (
+            ("prompt tokens (median)", bw.prompt_median, aw.prompt_median, tol[PROMPT_TOKENS]),
+            ("output tokens (median)", bw.output_median, aw.output_median, tol[OUTPUT_TOKENS]),
         ):
             if b is not None and a is not None:
-                checks.append(_check(label, b, a, tol))
+                checks.append(_check(label, b, a, limit))
         for label, b, a in (
             ("send rate (requests/s)", bw.send_rate, aw.send_rate),
             ("requests in flight (mean)", bw.in_flight, aw.in_flight),
         ):
             if b is not None and a is not None:
-                checks.append(_check(label, b, a, RATE_TOLERANCE, deciding=False))
+                checks.append(_check(label, b, a, tol[SEND_RATE], deciding=False))
     else:
-        for label, key, tol in (
-            ("prompt tokens (median)", Q.INPUT_LEN_P50, PROMPT_TOLERANCE),
-            ("output tokens (median)", Q.OUTPUT_LEN_P50, OUTPUT_TOLERANCE),
+        for label, key, limit in (
+            ("prompt tokens (median)", Q.INPUT_LEN_P50, tol[PROMPT_TOKENS]),
+            ("output tokens (median)", Q.OUTPUT_LEN_P50, tol[OUTPUT_TOKENS]),
         ):
             bm, am = before.evidence.measurement(key), after.evidence.measurement(key)
             if bm is not None and am is not None:
-                checks.append(_check(label, bm.value, am.value, tol))
+                checks.append(_check(label, bm.value, am.value, limit))
             elif (bm is None) != (am is None):  # traffic in one run only: an idle server against a loaded one
                 which = "BEFORE" if bm is None else "AFTER"
                 reasons.append(f"{which} measured no {label} ({key}) and the other did: was it idle?")
     b_pot, a_pot = before.evidence.measurement(Q.PREFIX_POTENTIAL), after.evidence.measurement(Q.PREFIX_POTENTIAL)
     if b_pot is not None and a_pot is not None:
-        checks.append(
-            _check("prefix reuse (potential)", b_pot.value, a_pot.value, PREFIX_REUSE_TOLERANCE, relative=False)
-        )
+        checks.append(_check("prefix reuse (potential)", b_pot.value, a_pot.value, tol[PREFIX_REUSE], relative=False))
     b_host, a_host = (
         before.evidence.measurement(Q.CLIENT_HOST_OTHER_CORES),
         after.evidence.measurement(Q.CLIENT_HOST_OTHER_CORES),
@@ -442,7 +441,7 @@ def _reword(detail: str) -> str:
     return detail
 
 
-def _at_least(technique: str, claim: Claim, after: Evidence, settings: GateSettings) -> ClaimResult:
+def _at_least(technique: str, claim: Claim, after: Evidence, settings: CompareSettings) -> ClaimResult:
     level = claim.level if claim.level is not None else 0.0
     m = after.measurement(claim.key)
     if m is None:
@@ -472,8 +471,10 @@ def _cache_off_is_zero_hits(claim: Claim, before: Evidence) -> tuple[Evidence, s
     return before.with_items({Q.PREFIX_HIT_RATE: zero}), "BEFORE had prefix caching off, so 0 hits; "
 
 
-def judge_claim(technique: str, claim: Claim, before: Evidence, after: Evidence, settings: GateSettings) -> ClaimResult:
-    """One claim, judged by the gate's comparison of the two runs (`gate.compare_metric`)."""
+def judge_claim(
+    technique: str, claim: Claim, before: Evidence, after: Evidence, settings: CompareSettings
+) -> ClaimResult:
+    """One claim, judged by the comparison of the two runs the gate makes too (`compare.metric.compare_metric`)."""
     if claim.direction == "at-least":
         return _at_least(technique, claim, after, settings)
     before, zero_note = _cache_off_is_zero_hits(claim, before)
@@ -484,7 +485,7 @@ def judge_claim(technique: str, claim: Claim, before: Evidence, after: Evidence,
         tolerance=claim.min_effect if claim.relative else None,
         tolerance_abs=None if claim.relative else claim.min_effect,
     )
-    o = compare_metric(rule, before, after, GateRules(metrics=(rule,), settings=settings))
+    o = compare_metric(rule, before, after, settings)
     via = zero_note + (f"{key}: " if key != claim.key else "")
 
     def result(verdict: ClaimVerdict, basis: str, interval: tuple[float, float] | None = None) -> ClaimResult:
@@ -493,8 +494,8 @@ def judge_claim(technique: str, claim: Claim, before: Evidence, after: Evidence,
     if o.interval is not None:
         verdict = judge_interval(claim, *o.interval)
         if o.verdict == "inconclusive" and verdict in ("delivered", "made-it-worse"):
-            # The gate withheld the interval's verdict: the client saw a change its engine did not
-            # (`gate._cross_checked`), which says where the time went and why it is not the change's.
+            # The comparison withheld the interval's verdict: the client saw a change its engine did not
+            # (`compare.metric._cross_checked`), which says where the time went and why it is not the change's.
             return result("cannot-tell", _reword(o.detail), o.interval)
         how = o.detail.split(": the ", 1)[0]  # the gate's "how: the interval ..." without its verdict's why
         return result(verdict, how, o.interval)
@@ -507,7 +508,8 @@ def judge_claim(technique: str, claim: Claim, before: Evidence, after: Evidence,
 
 
 # --- 4. side effects ----------------------------------------------------------------------------------
-# The parts of serving each of the gate's default metrics spans (llm_diagnose.diagnose.verify.claims.Part).
+# The parts of serving each of the default metrics (compare.rules.DEFAULT_METRICS) spans
+# (llm_diagnose.diagnose.verify.claims.Part).
 # Rates and whole-request times span every timed part: in a closed-loop run, a faster prefill
 # sends the next request sooner.
 _TIMED: frozenset[Part] = frozenset({"queue", "prefill", "decode"})
@@ -519,6 +521,8 @@ METRIC_PARTS: dict[str, frozenset[Part]] = {
     REQUEST_TPOT_P50: frozenset({"decode"}),
     Q.ITL_P50: frozenset({"decode"}),
     Q.ITL_P99: frozenset({"decode"}),
+    Q.DECODE_BATCH1_ITL_P50: frozenset({"decode"}),
+    Q.DECODE_BATCH1_ITL_P99: frozenset({"decode"}),
     REQUEST_E2E_P50: _TIMED,
     Q.E2E_P50: _TIMED,
     Q.QUEUE_TIME_P50: frozenset({"queue"}),
@@ -530,6 +534,7 @@ METRIC_PARTS: dict[str, frozenset[Part]] = {
     Q.PREEMPTION_RATE: frozenset({"memory"}),
     Q.PREFIX_HIT_RATE: frozenset({"cache"}),
     Q.SPEC_ACCEPTANCE_RATE: frozenset({"speculation"}),
+    Q.SPEC_ACTIVE_ACCEPTANCE_RATE: frozenset({"speculation"}),
 }
 
 # What any change can make worse, whatever the technique: a setting that does not fit the server
@@ -576,20 +581,19 @@ def side_effects(
     before: RunSide,
     after: RunSide,
     claimed: frozenset[str],
-    settings: GateSettings,
+    settings: CompareSettings,
     config: Sequence[ConfigChange] = (),
 ) -> tuple[SideEffect, ...]:
-    """Metrics beyond the claims whose whole interval moved past the gate's tolerance, and pitfalls
+    """Metrics beyond the claims whose whole interval moved past their tolerance, and pitfalls
     detected in AFTER and not in BEFORE (harmful), or no longer detected (not).
 
     A metric that got worse is harmful only where the change can make it worse (`unattributed`);
     elsewhere it is shown, not attributed, with what would tell. `config` is `config_diff`'s."""
-    rules = GateRules(settings=settings)
     out: list[SideEffect] = []
     for rule in DEFAULT_METRICS:
         if rule.key in claimed:
             continue
-        o: Outcome = compare_metric(rule, before.evidence, after.evidence, rules)
+        o: Outcome = compare_metric(rule, before.evidence, after.evidence, settings)
         if o.interval is not None and o.verdict in ("regression", "improvement"):
             worse = o.verdict == "regression"
             moved = f"{'worse' if worse else 'better'} beyond {o.tolerance} with the whole interval"
@@ -634,7 +638,7 @@ def slo_changes(before: Diagnosis, after: Diagnosis) -> tuple[SloChange, ...]:
 
 
 # --- together -------------------------------------------------------------------------------------------
-def _method(s: GateSettings) -> str:
+def _method(s: CompareSettings) -> str:
     return (
         f"Claims and side effects are judged by the gate's comparison: bootstrap {s.confidence:.0%} confidence "
         f"interval of the change from raw samples ({s.resamples} resamples, seed {s.seed}, at least {s.min_samples} "
@@ -690,20 +694,20 @@ def claimed_keys(claims: Sequence[ClaimResult]) -> frozenset[str]:
 
 
 def judge_technique(
-    technique: str, before: Evidence, after: Evidence, settings: GateSettings
+    technique: str, before: Evidence, after: Evidence, settings: CompareSettings
 ) -> tuple[ClaimResult, ...]:
     """Every claim of one technique, judged and then credited through its mechanism."""
     return credit_to_mechanism(tuple(judge_claim(technique, c, before, after, settings) for c in claims_for(technique)))
 
 
 def verify(
-    before: RunSide, after: RunSide, *, change_note: str = "", settings: GateSettings | None = None
+    before: RunSide, after: RunSide, *, change_note: str = "", settings: CompareSettings | None = None
 ) -> VerifyResult:
-    settings = settings or GateSettings()
+    settings = settings or CompareSettings()
     config = config_diff(before.evidence, after.evidence) + target_diff(before.evidence, after.evidence)
     adopted = identify_adopted(config, before.diagnosis)
     elsewhere = not_the_same_target(before.evidence, after.evidence, config)
-    comparability = compare_workloads(before, after)
+    comparability = compare_workloads(before, after, settings.tolerances)
     sides = (("BEFORE", before), ("AFTER", after))
     notes = [f"{side}: {line}" for side, run in sides for line in run.folder.skipped_notes()]
     notes += [f"{side}: {run.note}" for side, run in sides if run.note]
@@ -714,7 +718,7 @@ def verify(
         )
     for side, run in sides:
         failed = run.evidence.measurement(REQUEST_FAILED_FRACTION)
-        if failed is not None and failed.value > settings.max_failed_fraction:
+        if failed is not None and settings.failed_too_often(failed.value):
             notes.append(
                 f"{side}: {failed.note}, more than {settings.max_failed_fraction:.0%}: its latencies cover only the "
                 "requests the server answered (requests.jsonl has each fault)"

@@ -12,9 +12,9 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 
 # XML 1.0 cannot carry control characters even escaped: the gate drops them, and so does verify.
-from llm_diagnose.diagnose.gate_render import xml_safe
-from llm_diagnose.diagnose.report.control_chars import escape_controls
-from llm_diagnose.diagnose.report.markdown import cell, code, text
+from llm_diagnose.diagnose.gate.render import xml_safe
+from llm_diagnose.diagnose.text.control_chars import escape_controls
+from llm_diagnose.diagnose.text.markdown_text import cell, code, text
 from llm_diagnose.diagnose.verify.result import SideEffect, VerifyResult
 
 __all__ = [

@@ -29,6 +29,7 @@ from llm_diagnose.probes.client_server import SLACK_S, TOLERANCE, SideBySide, ot
 from llm_diagnose.probes.experiments.common import ServerDelta
 from llm_diagnose.probes.load.records import RequestRecord
 from llm_diagnose.probes.results import Measurement, Provenance, Result
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 
 __all__ = ["TOLERANCE", "SLACK_S", "SideBySide", "compare", "run_level", "CONCEPT_KEYS"]
 
@@ -76,11 +77,14 @@ def disbelieved(pairs: list[SideBySide], starved: str | None, bundled: bool) -> 
         return None
     what = "; ".join(p.describe() for p in off)
     if starved:
-        return f"{starved}; the server's histograms disagree ({what}): believe the server"
+        return coded(
+            WarningCode.CLIENT_STARVED, f"{starved}; the server's histograms disagree ({what}): believe the server"
+        )
     if bundled and any(p.concept == "itl" for p in off):
-        return (
+        return coded(
+            WarningCode.CLIENT_STARVED,
             f"{Q.CLIENT_STARVED_WARNING} tokens arrived bundled (gaps of zero), so the client's gaps are the "
-            f"delivery's, not the engine's steps ({what}): believe the server"
+            f"delivery's, not the engine's steps ({what}): believe the server",
         )
     return None
 

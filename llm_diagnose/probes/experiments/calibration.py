@@ -85,7 +85,9 @@ async def calibrate(ctx: ExperimentContext, until: float, started: float) -> Cal
         "calibration",
         planned_prompt_tokens=prompt_tokens,
     )
-    record = await send_until(ctx.driver, spec, until, "calibration: ran past its share of the budget")
+    # Nothing is known of the server yet: its first token may wait as long as the calibration's share.
+    with ctx.driver.client.no_progress_floor(until - time.perf_counter()):
+        record = await send_until(ctx.driver, spec, until, "calibration: ran past its share of the budget")
     calibration = calibration_from(record, time.perf_counter() - started)
     if record is not None and record.prompt_tokens and isinstance(prompt, str):
         how = "the calibration request" + (" (the chat template's tokens included)" if ctx.endpoint == "chat" else "")

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.load.faults import FaultKind
 from llm_diagnose.probes.load.health import ClientHealth
 from llm_diagnose.probes.load.prompts import PromptMaker
@@ -24,6 +25,7 @@ from llm_diagnose.probes.load.records import Endpoint, JsonlWriter, RequestRecor
 from llm_diagnose.probes.load.runner import Driver
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, Summary
 from llm_diagnose.probes.stats import StatisticSpec, bootstrap_comparison, cluster_bootstrap_comparison
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 
 if TYPE_CHECKING:  # imported where used: an experiment without a metrics URL never loads the parser
     from llm_diagnose.probes.metrics.engines import Sel
@@ -78,15 +80,56 @@ class ExperimentContext:
     # use (the budget's deadline less their caps); never before the experiment's own deadline.
     slack_until: float = 0.0
 
+    # The most requests of other clients the running experiment's scrapes saw in flight on the
+    # server (its running and waiting gauges less this client's own in flight); reset per attempt.
+    others_max: float = 0.0
+
     async def scrape(self) -> ScrapeRecord | None:
-        """A settled scrape of the server's metrics, or None (no scraper, or it failed)."""
+        """A settled scrape of the server's metrics, or None (no scraper, or it failed).
+
+        A page that shows other clients' requests is read once more SHARED_PAUSE_S later (a
+        request of ours the engine has not yet let go of is gone by then); busy both times, that
+        second page is the scrape: counters under other traffic never stop moving, so waiting for
+        them to settle would only eat the experiment's time. The count goes to `others_max`."""
         if self.metrics is None:
             return None
         try:
-            return await settled_scrape(self.metrics)
+            first = await self.metrics()
+            others = self._others_in_flight(first)
+            if others > 0:
+                await asyncio.sleep(SHARED_PAUSE_S)
+                second = await self.metrics()
+                again = self._others_in_flight(second)
+                if again > 0:
+                    self.others_max = max(self.others_max, min(others, again))
+                    return second
+                first = second
+            if first is None:  # the scrape failed: no second try (a hung page must not cost the time twice)
+                return None
+            return await settled_scrape(self.metrics, first)
         except Exception as exc:  # noqa: BLE001 - a failed scrape loses the counters, not the run
             self.notes.append(f"a metrics scrape failed ({type(exc).__name__}: {exc})")
             return None
+
+    def _others_in_flight(self, record: ScrapeRecord | None) -> float:
+        """Requests on the server that are not this client's, from one page (0 where it shows none)."""
+        if record is None or not record.ok:
+            return 0.0
+        from llm_diagnose.probes.metrics.load_at_start import load_of_page
+
+        load = load_of_page(record, self.source)
+        return max(0.0, (load.requests or 0) - self.driver.client.in_flight)
+
+    def other_traffic_warning(self) -> str | None:
+        """The warning an experiment's figures carry where other clients' requests were in flight
+        at its scrapes (Q.OTHER_TRAFFIC_WARNING); None where none were seen."""
+        if self.others_max <= 0:
+            return None
+        return coded(
+            WarningCode.OTHER_TRAFFIC,
+            f"{Q.OTHER_TRAFFIC_WARNING} up to {self.others_max:.0f} request(s) of other clients were in flight on "
+            "the server during this experiment: its figures are measured with their load on top of this run's",
+        )
 
     def provenance(self, experiment: str, window_s: float | None = None) -> Provenance:
         return Provenance(method=f"active-probe/{experiment}", source=self.source, timer=TIMER, window_s=window_s)
@@ -116,6 +159,9 @@ class ExperimentOutcome:
 
 SETTLE_PAUSE_S = 0.05
 SETTLE_TRIES = 20  # at most a second
+# Between two reads of a page that shows other clients' requests: vLLM drops a finished or
+# cancelled stream from its running gauge within a step or two, so a count still there is theirs.
+SHARED_PAUSE_S = 0.25
 
 
 # Families the serving process exports about itself, not about the engine's work: its CPU time,
@@ -147,15 +193,16 @@ def _counters(record: ScrapeRecord | None) -> frozenset:
     return frozenset(values)
 
 
-async def settled_scrape(read: MetricsReader) -> ScrapeRecord | None:
+async def settled_scrape(read: MetricsReader, first: ScrapeRecord | None = None) -> ScrapeRecord | None:
     """A scrape taken once the engine's counters stopped moving (None: no good scrape).
 
     A response reaches the client before the engine's statistics for it reach /metrics
     (vLLM ships them from the engine process with later outputs), so a scrape right after
     the last response can miss its counts: measured, a prefix hit rate of 0.22 where the
     responses' own cached_tokens said 0.71. Two equal consecutive pages mean it has caught up.
+    `first`: a page already read, to start from.
     """
-    record = await read()
+    record = first if first is not None else await read()
     for _ in range(SETTLE_TRIES):
         if not getattr(record, "ok", False):
             return None

@@ -35,12 +35,13 @@ from llm_diagnose.probes.experiments.sizing import STEP_SATURATION_BATCH
 from llm_diagnose.probes.load.health import ClientHealth
 from llm_diagnose.probes.load.records import RequestRecord, RequestSpec
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, percentile
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 
 __all__ = ["run_decode", "analyse_decode", "KEYS", "AGREEMENT_TOLERANCE", "AGREEMENT_SLACK_S"]
 
 KEYS = (
-    Q.ITL_P50,
-    Q.ITL_P99,
+    Q.DECODE_BATCH1_ITL_P50,
+    Q.DECODE_BATCH1_ITL_P99,
     Q.DECODE_ITL_AT_CONCURRENCY,
     Q.DECODE_ITL_GROWTH,
     Q.DECODE_ITL_JUMP,
@@ -165,8 +166,8 @@ def analyse_decode(
     sorted_gaps = sorted(gaps)
     note = f"batch 1: {len(batch1)} streams, one at a time; gaps between token events as the client received them"
     results: dict[str, Result] = {
-        Q.ITL_P50: Measurement(p50, "s", prov, samples=tuple(gaps), warnings=warnings, note=note),
-        Q.ITL_P99: Measurement(
+        Q.DECODE_BATCH1_ITL_P50: Measurement(p50, "s", prov, samples=tuple(gaps), warnings=warnings, note=note),
+        Q.DECODE_BATCH1_ITL_P99: Measurement(
             percentile(sorted_gaps, 99), "s", prov, samples=tuple(gaps), warnings=warnings, note=note
         ),
     }
@@ -261,9 +262,10 @@ def _who_is_right(ratio: Measurement, health: ClientHealth, median_gap_s: float)
     """Client and server disagree: say which to believe, from how the client fared."""
     lag = health.loop_lag_p99_s
     if health.warnings(median_gap_s):
-        verdict = (
+        verdict: str = coded(
+            WarningCode.CLIENT_STARVED,
             f"the client was starved (event-loop lag p99 {lag * 1e3:.1f} ms, {health.client_cpu_cores:.2f} "
-            "cores): believe the server's histogram, not the client's gaps"
+            "cores): believe the server's histogram, not the client's gaps",
         )
     else:
         verdict = (

@@ -7,11 +7,11 @@ Phases, one request at a time so each TTFT is a clean prefill:
   cache, so a warm cache from an earlier run cannot fool the result), which puts it there;
 - repeated: that prefix again, each time with a different short suffix.
 
-Hits come from the engine's counters between scrapes when a scraper is given (token
-granular: vLLM counts queried and hit prompt tokens), otherwise from
-`usage.prompt_tokens_details.cached_tokens` when the server returns it
-(vLLM: --enable-prompt-tokens-details). A cache hits in whole blocks (128 tokens on vLLM
-CPU), so a repeated prompt's hit rate is at most its full blocks / its length.
+Hits come from `usage.prompt_tokens_details.cached_tokens` where every response reported it
+(vLLM: --enable-prompt-tokens-details): they are this run's own requests, whatever else the
+server serves. Otherwise from the engine's counters between scrapes (token granular: vLLM
+counts queried and hit prompt tokens), which count other clients' prompts too. A cache hits
+in whole blocks (128 tokens on vLLM CPU), so a repeated prompt's hit rate is at most its full blocks / its length.
 """
 
 from __future__ import annotations
@@ -44,14 +44,10 @@ class PhaseHits:
         return self.hits / self.queried
 
 
-def hits_from(records: list[RequestRecord], delta: ServerDelta) -> PhaseHits:
-    """Server counters when present; else the cached_tokens the responses reported."""
-    passive = delta.passive()
-    queried, rate = passive.get(Q.PREFIX_QUERIED_TOKENS), passive.get(Q.PREFIX_HIT_RATE)
-    if isinstance(queried, Measurement):
-        hits = rate.value * queried.value if isinstance(rate, Measurement) else (0.0 if queried.value == 0 else None)
-        if hits is not None:
-            return PhaseHits(queried.value, hits, f"{delta.engine} prefix-cache counters between scrapes")
+def hits_from(records: list[RequestRecord], delta: ServerDelta, shared: bool = False) -> PhaseHits:
+    """The cached_tokens the responses reported, where every completed one did: they are this
+    run's own requests, whatever else the server serves. Else the server's counters between the
+    phase's scrapes, which count every client's prompts (`shared`: others were seen in flight)."""
     reported = [r for r in records if r.completed and r.cached_tokens is not None and r.prompt_tokens]
     if reported and len(reported) == sum(r.completed for r in records):
         return PhaseHits(
@@ -59,6 +55,13 @@ def hits_from(records: list[RequestRecord], delta: ServerDelta) -> PhaseHits:
             sum(r.cached_tokens or 0 for r in reported),
             "usage.prompt_tokens_details.cached_tokens of the responses",
         )
+    passive = delta.passive()
+    queried, rate = passive.get(Q.PREFIX_QUERIED_TOKENS), passive.get(Q.PREFIX_HIT_RATE)
+    if isinstance(queried, Measurement):
+        hits = rate.value * queried.value if isinstance(rate, Measurement) else (0.0 if queried.value == 0 else None)
+        if hits is not None:
+            whose = ": server-wide, other clients' prompts included" if shared else ""
+            return PhaseHits(queried.value, hits, f"{delta.engine} prefix-cache counters between scrapes{whose}")
     return PhaseHits(None, None, "no prefix-cache counters on the server and no cached_tokens in the responses")
 
 
@@ -97,8 +100,14 @@ async def run_prefix(ctx: ExperimentContext, plan: PrefixPlan, deadline: float) 
     s0 = s1 = s2 = s3 = None
 
     def analysed() -> ExperimentOutcome:  # the phases done so far (late-bound: always current)
+        shared = ctx.others_max > 0
         return analyse_prefix(
-            ctx, plan, fresh, repeated, hits_from(fresh, ServerDelta(s0, s1)), hits_from(repeated, ServerDelta(s2, s3))
+            ctx,
+            plan,
+            fresh,
+            repeated,
+            hits_from(fresh, ServerDelta(s0, s1), shared),
+            hits_from(repeated, ServerDelta(s2, s3), shared),
         )
 
     s0 = await ctx.scrape()

@@ -30,7 +30,12 @@ from llm_diagnose.probes.results import Measurement, NotMeasured, Result
 
 __all__ = ["run_spec", "analyse_spec", "KEYS", "MULTI_TOKEN_EVENTS"]
 
-KEYS = (Q.SPEC_TOKENS_PER_S, Q.SPEC_TOKENS_PER_EVENT, Q.SPEC_ACCEPTANCE_RATE, Q.SPEC_ACCEPTANCE_LENGTH)
+KEYS = (Q.SPEC_TOKENS_PER_S, Q.SPEC_TOKENS_PER_EVENT, Q.SPEC_ACTIVE_ACCEPTANCE_RATE, Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH)
+# The engine's acceptance over the experiment's own window, under the experiment's names.
+_ACCEPTANCE = (
+    (Q.SPEC_ACCEPTANCE_RATE, Q.SPEC_ACTIVE_ACCEPTANCE_RATE),
+    (Q.SPEC_ACCEPTANCE_LENGTH, Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH),
+)
 MULTI_TOKEN_EVENTS = 1.05  # more tokens per event than this: steps emit several tokens (spec decoding)
 
 
@@ -104,8 +109,8 @@ def analyse_spec(
     # Acceptance from the engine's counters (llm_diagnose.probes.metrics computes it, for every engine).
     passive = server.passive()
     engine_said = False  # the counters answered, with a figure or with why there is none
-    for key in (Q.SPEC_ACCEPTANCE_RATE, Q.SPEC_ACCEPTANCE_LENGTH):
-        found = passive.get(key)
+    for engine_key, key in _ACCEPTANCE:
+        found = passive.get(engine_key)
         if isinstance(found, Measurement):
             results[key] = with_warnings({key: found}, warnings)[key]
         elif found is not None:
@@ -115,7 +120,7 @@ def analyse_spec(
                 "acceptance needs the engine's counters (no metrics scraper)", "give the server's /metrics URL"
             )
         engine_said = engine_said or found is not None
-    if per_event > 1.0 and engine_said and not isinstance(results[Q.SPEC_ACCEPTANCE_LENGTH], Measurement):
+    if per_event > 1.0 and engine_said and not isinstance(results[Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH], Measurement):
         # Seen on vLLM CPU without speculative decoding: its API server, behind on a busy
         # host, merges the deltas of several steps into one streamed event (vLLM's
         # RequestOutputCollector does so whenever the consumer lags).
@@ -128,9 +133,9 @@ def analyse_spec(
                 ),
             )
         )
-    elif not isinstance(results[Q.SPEC_ACCEPTANCE_LENGTH], Measurement):
+    elif not isinstance(results[Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH], Measurement):
         if counted and per_event >= MULTI_TOKEN_EVENTS:
-            results[Q.SPEC_ACCEPTANCE_LENGTH] = Measurement(
+            results[Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH] = Measurement(
                 per_event,
                 "tokens",
                 prov,
@@ -139,7 +144,7 @@ def analyse_spec(
                 "bonus token together (an upper bound: a front end that falls behind also merges steps)",
             )
         elif counted:
-            results[Q.SPEC_ACCEPTANCE_LENGTH] = NotMeasured(
+            results[Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH] = NotMeasured(
                 "one token per streamed event"
                 + ("" if server.available else " and no engine counters")
                 + ": speculative decoding does not appear to be on",

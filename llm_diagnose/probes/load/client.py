@@ -25,7 +25,8 @@ import resource
 import socket
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
@@ -267,6 +268,19 @@ class StreamingClient:
         if left >= self.timeouts.total_s:
             return self._timeout
         return aiohttp.ClientTimeout(total=left, sock_connect=min(self.timeouts.connect_s, left))
+
+    @contextmanager
+    def no_progress_floor(self, seconds: float) -> Iterator[None]:
+        """A higher floor for the no-progress bound inside the block: for the first request of a run,
+        when nothing is known of the server yet and its own deadline bounds the wait (the
+        calibration: on a fresh CPU vLLM serving four other streams, its first token took over
+        NO_PROGRESS_S while every token flowed to the other client, which this client cannot see)."""
+        before = self.timeouts
+        self.timeouts = replace(before, no_progress_s=max(before.no_progress_s, seconds))
+        try:
+            yield
+        finally:
+            self.timeouts = before
 
     @property
     def no_progress_bound_s(self) -> float:

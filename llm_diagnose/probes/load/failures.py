@@ -7,7 +7,7 @@ request, however many sends it took), so a change that makes the server reject h
 workload reads as half the requests failed, not as a shorter workload.
 
 The run's summary (`active_run.run_summary`), the gate's and verify's per-request figures
-(`llm_diagnose.diagnose.gate.request_measurements`) and the one-line account every output
+(`llm_diagnose.diagnose.compare.request_measurements`) and the one-line account every output
 starts with all read this one tally.
 """
 

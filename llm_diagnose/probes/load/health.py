@@ -35,6 +35,7 @@ from llm_diagnose.probes.host_cpu import (
 )
 from llm_diagnose.probes.quantities import CLIENT_STARVED_WARNING
 from llm_diagnose.probes.results import Measurement, Provenance, percentile
+from llm_diagnose.probes.warning_codes import WarningCode, coded
 
 __all__ = [
     "ClientHealth",
@@ -143,9 +144,10 @@ class ClientHealth:
             why = f"event-loop lag p99 {lag * 1e3:.1f} ms"
         else:
             return None
-        return (
+        return coded(
+            WarningCode.CLIENT_STARVED,
             f"{CLIENT_STARVED_WARNING} {why} ({self.client_cpu_cores:.2f} client cores{self._host_busy_text()}): "
-            "its timestamps say when it got the CPU, not when the server answered"
+            "its timestamps say when it got the CPU, not when the server answered",
         )
 
     def stall(self) -> str | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from llm_diagnose.probes.load.faults import SERVER_FAULTS, FaultKind
-from llm_diagnose.probes.runfiles import JsonLine, open_append, read_json_lines
+from llm_diagnose.probes.runfiles import LinesRead, open_append, read_parsed
 from llm_diagnose.probes.runfolder_names import EVENTS as EVENTS_FILE
 from llm_diagnose.probes.runfolder_names import INPUTS as INPUTS_FILE
 from llm_diagnose.probes.runfolder_names import REQUESTS as REQUESTS_FILE
@@ -34,6 +34,7 @@ __all__ = [
     "HttpPhases",
     "JsonlWriter",
     "read_records",
+    "RecordsRead",
     "parse_record_line",
     "record_from_object",
     "RecordSchemaError",
@@ -329,26 +330,33 @@ def record_from_object(obj: Mapping) -> RequestRecord:
         raise RecordSchemaError(f"{type(exc).__name__}: {exc}") from None
 
 
-def read_records(path: str | Path) -> Iterator[RequestRecord]:
-    """Records back from a requests.jsonl (or a run folder), skipping every line that is not one.
+@dataclass(frozen=True)
+class RecordsRead:
+    """The records of a requests.jsonl, and how its lines were read (`lines.skipped`: unreadable
+    lines, counted, never dropped silently). Iterates over the records."""
 
-    Lenient, for the probes' own files and their tests; a report or gate reads a run folder
-    through `llm_diagnose.diagnose.runfolder.RunFolder`, which counts skipped lines and refuses
-    lines of another schema. Both read through `read_json_lines` (a plain file, never a link; a
-    line cap; a line not wholly UTF-8 is unreadable): UnsafePathError (an OSError) for a link or
-    a file that is not plain, raised here, before the first record.
+    records: tuple[RequestRecord, ...]
+    lines: LinesRead
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def read_records(path: str | Path) -> RecordsRead:
+    """The records of a requests.jsonl (or a run folder's), with the count of lines skipped.
+
+    Read through `runfiles.read_parsed` (a plain file, never a link; a line cap; a line not wholly
+    UTF-8 is unreadable): a line that cannot be read (cut short by a kill mid-write, say) is
+    skipped and counted in `lines`; a line that is JSON but not a record of this version raises
+    LineSchemaError naming it (a file of another schema is refused, not emptied);
+    UnsafePathError (an OSError) for a link or a file that is not plain. The commands read a run
+    folder through `llm_diagnose.diagnose.runfolder`, which calls this.
     """
     p = Path(path)
     if p.is_dir():
         p = p / REQUESTS_FILE
-    return _records(read_json_lines(p))
-
-
-def _records(lines: Iterator[JsonLine]) -> Iterator[RequestRecord]:
-    for line in lines:
-        if line.obj is None:
-            continue
-        try:
-            yield record_from_object(line.obj)
-        except RecordSchemaError:
-            continue
+    records, lines = read_parsed(p, record_from_object)
+    return RecordsRead(records, lines)

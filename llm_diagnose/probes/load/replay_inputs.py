@@ -44,7 +44,7 @@ from llm_diagnose.probes.load.records import (
 )
 from llm_diagnose.probes.load.replay import DEFAULT_OUTPUT_TOKENS, load_trace, trace_workload
 from llm_diagnose.probes.load.workloads import Workload
-from llm_diagnose.probes.runfiles import UnsafePathError, read_json_lines
+from llm_diagnose.probes.runfiles import UnsafePathError, read_objects
 from llm_diagnose.probes.traces.errors import EmptyTraceError, TraceFormatError
 from llm_diagnose.probes.traces.readers import detect_format
 from llm_diagnose.probes.traces.records import TraceRequest
@@ -134,7 +134,7 @@ def read_replay_source(path: str | Path, *, trace_limit: int | None = None) -> R
             source = _read_requests(path)
         else:
             source = _read_trace(path, trace_limit)
-    except UnsafePathError as exc:  # a run's file is read as a plain file only (runfiles.read_json_lines)
+    except UnsafePathError as exc:  # a run's file is read as a plain file only (runfiles.read_objects)
         raise ReplayError(f"--replay {exc}") from None
     if source.count == 0:
         why = f" ({len(source.skipped)} lines unusable: {source.skipped[0]})" if source.skipped else ""
@@ -161,25 +161,13 @@ def _first_object(path: Path) -> dict | None:
     return None
 
 
-def _jsonl_objects(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
-    """The JSON objects of a run's inputs.jsonl or requests.jsonl, read as every run-folder file is
-    (runfiles.read_json_lines): the lines that cannot be read are skipped, each with why."""
-    objects: list[tuple[int, dict]] = []
-    skipped: list[str] = []
-    for line in read_json_lines(path):
-        if line.obj is None:
-            skipped.append(f"line {line.number}: {line.why}")
-        else:
-            objects.append((line.number, line.obj))
-    return objects, skipped
-
-
 def _read_inputs(path: Path) -> ReplaySource:
-    objects, skipped = _jsonl_objects(path)
+    read = read_objects(path)  # as every run-folder file is read: unreadable lines skipped, each with why
+    skipped = list(read.skipped_why)
     seen: set[str] = set()
     firsts: list[tuple[float, ReplayRequest]] = []
     resends = 0
-    for n, obj in objects:
+    for n, obj in read.objects:
         rid, body, offset = obj.get("request_id"), obj.get("body"), obj.get("t_offset_s")
         endpoint = _PATH_ENDPOINTS.get(str(obj.get("path", "")))
         if not isinstance(rid, str) or not isinstance(body, dict) or not isinstance(offset, (int, float)):
@@ -200,9 +188,10 @@ def _read_inputs(path: Path) -> ReplaySource:
 
 
 def _read_requests(path: Path) -> ReplaySource:
-    objects, skipped = _jsonl_objects(path)
+    read = read_objects(path)
+    skipped = list(read.skipped_why)
     rows: list[tuple[float, ReplayRequest]] = []
-    for n, obj in objects:
+    for n, obj in read.objects:
         try:
             record = record_from_object(obj)
         except RecordSchemaError as exc:

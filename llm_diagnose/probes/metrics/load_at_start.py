@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Result, now_iso
 
-__all__ = ["ServerLoad", "read_server_load", "server_load_before_sending", "SETTLE_S"]
+if TYPE_CHECKING:
+    from llm_diagnose.probes.metrics.window import ScrapeRecord
+
+__all__ = ["ServerLoad", "load_of_page", "read_server_load", "server_load_before_sending", "SETTLE_S"]
 
 SETTLE_S = 1.0  # between the two reads of a page that shows requests in flight
 
@@ -95,11 +99,17 @@ class ServerLoad:
 
 
 async def _read_once(session: aiohttp.ClientSession, metrics_url: str, shown: str) -> ServerLoad:
-    from llm_diagnose.probes.metrics.engines import ENGINE_METRICS, detect_engine
     from llm_diagnose.probes.metrics.scraper import scrape_once
-    from llm_diagnose.probes.metrics.window import Window
 
     record, _, _ = await scrape_once(session, metrics_url)
+    return load_of_page(record, shown)
+
+
+def load_of_page(record: ScrapeRecord, shown: str) -> ServerLoad:
+    """The running and waiting requests one scraped page shows (`error` says why where it shows none)."""
+    from llm_diagnose.probes.metrics.engines import ENGINE_METRICS, detect_engine
+    from llm_diagnose.probes.metrics.window import Window
+
     if record.scrape is None:
         return ServerLoad(shown, error=record.error or "no page", taken_at=now_iso())
     engine = detect_engine(record.scrape).engine

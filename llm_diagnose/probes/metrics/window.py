@@ -33,7 +33,7 @@ unanswered). Below `min_coverage` of them the window is incomplete, as one that 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,8 +42,9 @@ from llm_diagnose.probes.http import MalformedMetrics
 from llm_diagnose.probes.metrics.engines import Candidate, Product, Ratio, Sel, selector_parts
 from llm_diagnose.probes.metrics.exposition import BadSample, Scrape, labels_match, parse_exposition
 from llm_diagnose.probes.metrics.histogram import merge_buckets
+from llm_diagnose.probes.metrics.scrape_record import ScrapeRecord
 from llm_diagnose.probes.metrics.window_tally import MAX_TRACKED_SERIES, WindowTally, summed_buckets
-from llm_diagnose.probes.runfiles import read_json_lines
+from llm_diagnose.probes.runfiles import JsonLine, read_json_lines
 from llm_diagnose.probes.runfolder_names import METRICS as METRICS_FILE
 
 __all__ = [
@@ -53,6 +54,9 @@ __all__ = [
     "HistogramIncrease",
     "GaugeSeries",
     "Window",
+    "ScrapeLine",
+    "scrape_lines",
+    "scrape_path",
     "METRICS_FILE",
     "BAD_NEGATIVE_READING",
     "DEFAULT_MIN_COVERAGE",
@@ -66,21 +70,6 @@ BAD_NEGATIVE_READING = "negative reading of a quantity that cannot be negative"
 # passes in. 0.8: a fifth of the window unseen is a window cut short (issue 22, item 12: a
 # /metrics that hung answered 3 of 9 scrapes, and the run called its window complete).
 DEFAULT_MIN_COVERAGE = 0.8
-
-
-@dataclass(frozen=True)
-class ScrapeRecord:
-    """One scrape attempt: when, and either the parsed page or why there is none."""
-
-    t_wall: float  # unix time (for reports and joining with other logs)
-    t_mono: float  # monotonic clock (for rates: immune to NTP steps)
-    scrape: Scrape | None = None
-    error: str | None = None
-    elapsed_s: float | None = None  # how long the GET took
-
-    @property
-    def ok(self) -> bool:
-        return self.scrape is not None
 
 
 @dataclass(frozen=True)
@@ -432,34 +421,82 @@ class Window:
     # --- persistence ------------------------------------------------------------------
     @classmethod
     def from_jsonl(cls, path: str | Path, source: str | None = None) -> Window:
-        """Rebuild a window from a run folder's metrics.jsonl (or the file itself).
-
-        Read as every run-folder file is (runfiles.read_json_lines: a plain file, never a link;
-        UnsafePathError otherwise). Lines that cannot be read (a run killed mid-write, over the line
-        cap, not UTF-8) or that are no scrape record are skipped and listed in `notes`; pages that
-        do not parse become failed records with the parser's message.
-        """
-        p = Path(path)
-        if p.is_dir():
-            p = p / METRICS_FILE
+        """Rebuild a window from a run folder's metrics.jsonl (or the file itself), a page at a time
+        (`scrape_lines`): lines that are no scrape record are skipped and listed in `notes`; pages
+        that do not parse become failed records with the parser's message."""
         tally = WindowTally()  # pages folded in as they are read: memory stays bounded
         notes: list[str] = []
         seen_source = source
-        for line in read_json_lines(p):
-            d = line.obj or {}  # None: unreadable, and line.why says why
-            try:
-                t_wall, t_mono = float(d["t_wall"]), float(d["t_mono"])
-            except (ValueError, KeyError, TypeError):
-                why = line.why or "no t_wall and t_mono times"
-                notes.append(f"{p.name} line {line.number} is not a scrape record ({why}); skipped")
+        for line in scrape_lines(path):
+            if line.unreadable:
+                notes.append(line.note())
                 continue
-            seen_source = seen_source or d.get("url")
-            tally.add(
-                record_from_text(
-                    t_wall, t_mono, d.get("text"), d.get("error"), d.get("elapsed_s"), seen_source or str(p)
-                )
-            )
-        return cls(seen_source or str(p), notes=tuple(notes), tally=tally)
+            seen_source = seen_source or line.url
+            tally.add(line.record(seen_source or str(line.path)))
+        return cls(seen_source or str(scrape_path(path)), notes=tuple(notes), tally=tally)
+
+
+def scrape_path(path: str | Path) -> Path:
+    """A run folder's metrics.jsonl, or the file named."""
+    p = Path(path)
+    return p / METRICS_FILE if p.is_dir() else p
+
+
+@dataclass(frozen=True)
+class ScrapeLine:
+    """One line of metrics.jsonl as the scraper wrote it (scraper.py lists the fields), or why it is
+    no scrape record (`unreadable`; the other fields are then empty)."""
+
+    path: Path
+    number: int  # from 1
+    t_wall: float = math.nan  # unix time of the scrape
+    t_mono: float = math.nan  # monotonic clock
+    url: str | None = None
+    text: str | None = None  # the page as served; None where the scrape failed
+    error: str | None = None
+    elapsed_s: float | None = None
+    unreadable: str = ""  # why the line is no scrape record; "" for a record
+
+    def note(self) -> str:
+        return f"{self.path.name} line {self.number} is not a scrape record ({self.unreadable}); skipped"
+
+    def record(self, source: str) -> ScrapeRecord:
+        """The page parsed (a failed record where it does not parse)."""
+        return record_from_text(self.t_wall, self.t_mono, self.text, self.error, self.elapsed_s, source)
+
+
+def scrape_lines(path: str | Path) -> Iterator[ScrapeLine]:
+    """Every line of a metrics.jsonl (or a run folder's), one at a time: the one reader of the file.
+
+    Read as every run-folder file is (runfiles.read_json_lines: a plain file, never a link,
+    UnsafePathError otherwise, raised here before the first line; a line cap). A line that
+    cannot be read (a run killed mid-write, over the line cap, not UTF-8) or that has no times
+    comes back `unreadable`, for the caller to count.
+    """
+    p = scrape_path(path)
+    return _scrape_lines(p, read_json_lines(p))
+
+
+def _scrape_lines(p: Path, lines: Iterator[JsonLine]) -> Iterator[ScrapeLine]:
+    for line in lines:
+        d = line.obj or {}  # None: unreadable, and line.why says why
+        try:
+            t_wall, t_mono = float(d["t_wall"]), float(d["t_mono"])
+        except (ValueError, KeyError, TypeError):
+            yield ScrapeLine(p, line.number, unreadable=line.why or "no t_wall and t_mono times")
+            continue
+        text, error, elapsed = d.get("text"), d.get("error"), d.get("elapsed_s")
+        url = d.get("url")
+        yield ScrapeLine(
+            p,
+            line.number,
+            t_wall,
+            t_mono,
+            url if isinstance(url, str) else None,
+            text,
+            error,
+            elapsed,
+        )
 
 
 def record_from_text(

@@ -30,12 +30,10 @@ import math
 from array import array
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from llm_diagnose.probes.metrics.exposition import BadSample, HistogramSeries, Labels, Scrape, labels_match
-
-if TYPE_CHECKING:
-    from llm_diagnose.probes.metrics.window import ScrapeRecord
+from llm_diagnose.probes.metrics.scrape_record import ScrapeRecord
 
 __all__ = [
     "WindowTally",

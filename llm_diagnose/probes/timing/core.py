@@ -10,7 +10,6 @@ to re-derive that rule.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -129,18 +128,3 @@ def rate_from_time(m: Measurement, work: float, unit: str, what: str) -> Measure
         warnings=m.warnings,
         note=note,
     )
-
-
-def busy_wait(seconds: float) -> Callable[[], None]:
-    """A known CPU workload: a call that spins for `seconds` on the monotonic clock.
-
-    The tests and the timer benchmark measure it to check a timer's error.
-    """
-    ns = int(seconds * 1e9)
-
-    def fn() -> None:
-        end = time.perf_counter_ns() + ns
-        while time.perf_counter_ns() < end:
-            pass
-
-    return fn

@@ -18,10 +18,9 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from llm_diagnose.probes.results import Result, now_iso
+from llm_diagnose.probes.results import now_iso
 from llm_diagnose.probes.traces.arrivals import ArrivalStats, arrival_stats
 from llm_diagnose.probes.traces.errors import EmptyTraceError, TraceError, TraceFormatError
-from llm_diagnose.probes.traces.evidence import trace_evidence
 from llm_diagnose.probes.traces.hashing import chained_block_hashes, segment_positions
 from llm_diagnose.probes.traces.lengths import LengthHistogram, LengthStats, length_stats
 from llm_diagnose.probes.traces.pitfalls import (
@@ -117,10 +116,6 @@ class TraceAnalysis:
             "warnings": list(self.warnings),
             "taken_at": self.taken_at,
         }
-
-    def evidence_items(self) -> dict[str, Result]:
-        """The measurements under the catalogue's keys (llm_diagnose/probes/quantities.py)."""
-        return trace_evidence(self)
 
 
 # --- the streaming pass ---------------------------------------------------------------------
