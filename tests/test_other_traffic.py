@@ -137,3 +137,34 @@ def test_a_warnings_code_survives_the_evidence_file_and_an_older_files_prose_get
     # The tree does not read the prose: the same words without the code change nothing.
     plain = build({Q.SHORT_WAIT_FOR_LONG: live(4.0, warnings=(f"{Q.OTHER_TRAFFIC_WARNING} same words",))})
     assert "beside other clients' traffic" not in {a.question: a for a in diagnose(plain).answers}["Q3"].rationale
+
+
+def test_a_failed_second_read_keeps_the_first_page_and_its_count(monkeypatch):
+    monkeypatch.setattr(common, "SHARED_PAUSE_S", 0.0)
+    pages = [vllm_page(5, 2)]
+    reads = [0]
+
+    async def read():
+        reads[0] += 1
+        if reads[0] == 1:
+            return record_from_text(1.7e9, 100.0, pages[0], None, 0.01, "metrics")
+        return None  # the re-read failed
+
+    ctx, _ = _context(pages, in_flight=3)
+    ctx.metrics = read
+    record = asyncio.run(ctx.scrape())
+    assert record is not None and record.ok  # the good first page, not a lost scrape
+    assert ctx.others_max == 4 and ctx.other_traffic_warning() is not None
+
+
+def test_older_wordings_and_newer_codes_are_read_without_losing_the_figure():
+    from llm_diagnose.probes.results import Measurement, Provenance
+    from llm_diagnose.probes.warning_codes import WarningCode
+
+    prov = Provenance("active-probe/decode", "http://127.0.0.1:1")
+    base = Measurement(1.8, "ratio", prov).to_dict()
+    old = {**base, "warnings": ["the client was starved (event-loop lag p99 40.0 ms, 0.90 cores): believe the server"]}
+    assert Measurement.from_dict(old).codes == {WarningCode.CLIENT_STARVED}
+    newer = {**base, "warnings": [{"code": "a-code-of-a-later-version", "text": "said by a newer tool"}]}
+    read = Measurement.from_dict(newer)
+    assert read.value == 1.8 and read.warnings == ("said by a newer tool",) and not read.codes

@@ -7,6 +7,7 @@ from __future__ import annotations
 from llm_diagnose.diagnose.collect import kept_apart
 from llm_diagnose.diagnose.tree import diagnose
 from llm_diagnose.diagnose.tree.controlled import CONTROLLED, preferred
+from llm_diagnose.diagnose.tree.thresholds import Thresholds
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.experiments import EXPERIMENT_KEYS
 from llm_diagnose.probes.metrics.passive import PASSIVE_KEYS
@@ -55,3 +56,21 @@ def test_q5_reads_the_experiments_figure_where_it_measured_one_and_the_engines_w
     ev, none = _q5({Q.DECODE_BATCH1_ITL_P50: TIMED_OUT})
     assert none.answer == "unknown"
     assert any(m.evidence == Q.DECODE_BATCH1_ITL_P50 and "deadline" in m.reason for m in none.missing)
+
+
+def test_drafts_are_judged_under_the_key_of_the_figure_read():
+    from llm_diagnose.diagnose.tree.sanity import check
+
+    spec = Provenance("active-probe/spec", "http://127.0.0.1:1")
+    items = {
+        Q.SPEC_DECODE: True,
+        Q.SPEC_ACCEPTANCE_RATE: Measurement(0.9, "fraction", ENGINE),
+        Q.SPEC_ACTIVE_ACCEPTANCE_RATE: Measurement(0.2, "fraction", spec),
+    }
+    d = diagnose(build(items))
+    low = next(p for p in d.pitfalls if p.pitfall == "spec-decode-low-acceptance")
+    compared = {c.evidence: c.value for c in low.comparisons}
+    assert compared.get(Q.SPEC_ACTIVE_ACCEPTANCE_RATE) == 0.2 and Q.SPEC_ACCEPTANCE_RATE not in compared, compared
+    # Counters while speculative decoding is reported off: a length alone is flagged, as a rate is.
+    off = check(build({Q.SPEC_DECODE: False, Q.SPEC_ACCEPTANCE_LENGTH: 2.5}), Thresholds())
+    assert any(f.key == Q.SPEC_ACCEPTANCE_LENGTH and "reported off" in f.problem for f in off), off

@@ -294,13 +294,13 @@ class Measurement:
 
 def _warning(w: object) -> str:
     """A warning as written: text (coded from its first words where an older file wrote one the tree
-    acts on), or {"code", "text"}."""
+    acts on), or {"code", "text"} (a code this version does not know leaves the text uncoded)."""
     if isinstance(w, dict):
         code, text = _text(w.get("code"), "warnings.code"), _text(w.get("text"), "warnings.text")
         try:
             return CodedWarning(WarningCode(code), text)
-        except ValueError:
-            raise InvalidValue(f"field 'warnings': unknown warning code {code!r}") from None
+        except ValueError:  # a code of a newer version: the text stands, uncoded, and the figure is kept
+            return text
     return legacy_coded(_text(w, "warnings"))
 
 

@@ -53,6 +53,8 @@ _LEGACY: tuple[tuple[WarningCode, re.Pattern[str]], ...] = (
     (WarningCode.ENGINE_GAUGE, re.compile(re.escape(Q.ENGINE_HIT_RATE_WARNING))),
     (WarningCode.OTHER_TRAFFIC, re.compile(re.escape(Q.OTHER_TRAFFIC_WARNING))),
     (WarningCode.COUNTER_RESET, re.compile(r"\d+ counter reset\(s\) in the window")),
+    # The decode experiment's verdict on the client/engine ITL ratio (probes/experiments/decode.py).
+    (WarningCode.CLIENT_STARVED, re.compile(r"the client was starved \(event-loop lag")),
 )
 
 

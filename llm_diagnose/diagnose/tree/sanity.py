@@ -100,8 +100,10 @@ def _cross(ev: Evidence, th: Thresholds) -> Iterable[tuple[str, str]]:
         (Q.SPEC_ACCEPTANCE_RATE, Q.SPEC_ACCEPTANCE_LENGTH),
         (Q.SPEC_ACTIVE_ACCEPTANCE_RATE, Q.SPEC_ACTIVE_ACCEPTANCE_LENGTH),
     ):
-        if ev.fact(Q.SPEC_DECODE) is False and ev.measurement(rate_key) is not None:
-            yield rate_key, "speculative-decoding counters while speculative decoding is reported off"
+        if ev.fact(Q.SPEC_DECODE) is False:
+            for key in (rate_key, length_key):
+                if num(key) is not None:
+                    yield key, "speculative-decoding counters while speculative decoding is reported off"
         length, k = num(length_key), num(Q.NUM_SPECULATIVE_TOKENS)
         if length is not None and length < 1.0:
             yield length_key, f"{length:.3g} tokens per verify step: the bonus token alone makes it >= 1"

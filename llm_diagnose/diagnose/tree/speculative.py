@@ -34,8 +34,10 @@ def acceptance(r: Reading) -> tuple[bool | None, str, bool]:
             ),
             True,
         )
-    rate_key = preferred(r.evidence, Q.SPEC_ACCEPTANCE_RATE)  # the experiment's where it measured one
-    rate, length = r.num(rate_key), r.num(preferred(r.evidence, Q.SPEC_ACCEPTANCE_LENGTH))
+    # The experiment's figures where it measured them, else the engine's; each compared under its own key.
+    rate_key = preferred(r.evidence, Q.SPEC_ACCEPTANCE_RATE)
+    length_key = preferred(r.evidence, Q.SPEC_ACCEPTANCE_LENGTH)
+    rate, length = r.num(rate_key), r.num(length_key)
     if length == 1.0 and rate is None and rate_key in r.evidence.items:
         # vLLM reports a length of 1 and an undefined rate (0/0) when nothing was drafted.
         return None, "nothing was drafted in the window (acceptance rate undefined, 1.0 token per step)", False
@@ -84,9 +86,9 @@ def acceptance(r: Reading) -> tuple[bool | None, str, bool]:
         return None, "its acceptance counters were not measured", False
     low = False
     if rate is not None:
-        low = r.compare(Q.SPEC_ACCEPTANCE_RATE, rate, "<", "q5.min_acceptance_rate") or low
+        low = r.compare(rate_key, rate, "<", "q5.min_acceptance_rate") or low
     if length is not None:
-        low = r.compare(Q.SPEC_ACCEPTANCE_LENGTH, length, "<", "q5.min_acceptance_length") or low
+        low = r.compare(length_key, length, "<", "q5.min_acceptance_length") or low
     shown = f"{rate:.0%} of drafted tokens accepted" if rate is not None else f"{length:.2f} tokens per step"
     return (
         low,

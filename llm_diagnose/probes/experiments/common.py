@@ -99,6 +99,9 @@ class ExperimentContext:
             if others > 0:
                 await asyncio.sleep(SHARED_PAUSE_S)
                 second = await self.metrics()
+                if second is None or not second.ok:  # the re-read failed: the first page and its count stand
+                    self.others_max = max(self.others_max, others)
+                    return first
                 again = self._others_in_flight(second)
                 if again > 0:
                     self.others_max = max(self.others_max, min(others, again))
