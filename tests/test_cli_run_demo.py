@@ -155,22 +155,27 @@ def test_run_active_says_what_it_sends_and_keeps_to_the_budget(vllm_server, tmp_
     _wait_idle(vllm_server.url)  # the server is shared: leave it with no request still in flight
 
 
-def _wait_idle(url: str, timeout_s: float = 30.0) -> None:
-    import time
+def requests_in_flight(url: str) -> float:
+    """The vLLM server's running and waiting requests, from its /metrics page."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
+    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting")
+    )
+
+
+def _wait_idle(url: str, timeout_s: float = 30.0) -> None:
+    import time
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
-        busy = sum(
-            s.value
-            for f in text_string_to_metric_families(text)
-            for s in f.samples
-            if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting")
-        )
-        if busy == 0:
+        if requests_in_flight(url) == 0:
             return
         time.sleep(0.2)
 

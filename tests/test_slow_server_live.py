@@ -29,6 +29,7 @@ from llm_diagnose.diagnose.runfolder import RunFolder
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.experiments import EXPERIMENT_KEYS
 from llm_diagnose.probes.results import Measurement, NotMeasured
+from tests.test_cli_run_demo import requests_in_flight
 from tests.test_judgement_live import closed_loop
 
 pytestmark = pytest.mark.real_engine
@@ -62,13 +63,9 @@ def busy_run(slow_server, tmp_path_factory):
 
 
 def _wait_for_others(url: str, timeout_s: float = 60.0) -> None:
-    import urllib.request
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        page = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
-        running = [line for line in page.splitlines() if line.startswith("vllm:num_requests_running{")]
-        if running and float(running[0].rsplit(" ", 1)[1]) >= 1:
+        if requests_in_flight(url) >= 1:
             return
         time.sleep(0.2)
     raise AssertionError(f"the other client's requests never showed as running on {url}")

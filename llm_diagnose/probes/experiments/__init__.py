@@ -13,21 +13,16 @@ reason. Every request is in `run_dir/requests.jsonl` as soon as it ends; experim
 (phases, prefill injections) are in `run_dir/events.jsonl`.
 """
 
+from llm_diagnose.probes.experiments.plan import ALL_EXPERIMENTS, ExperimentPlan, describe_plan
 from llm_diagnose.probes.experiments.runner import (
-    ALL_EXPERIMENTS,
     EXPERIMENT_KEYS,
-    ActiveBudget,
-    Calibration,
-    EngineLimits,
-    ExperimentPlan,
-    describe_plan,
     discover_model,
     metrics_reader,
-    plan_experiments,
     prepare_plan,
     run_experiments,
-    size_experiments,
 )
+from llm_diagnose.probes.experiments.sizing import Calibration, EngineLimits, plan_experiments, size_experiments
+from llm_diagnose.probes.load.budget import ActiveBudget
 
 __all__ = [
     "ALL_EXPERIMENTS",

@@ -41,7 +41,7 @@ from llm_diagnose.probes.experiments.interference import run_interference
 from llm_diagnose.probes.experiments.plan import ALL_EXPERIMENTS, ExperimentPlan, StepPlan, describe_plan
 from llm_diagnose.probes.experiments.prefix import KEYS as PREFIX_KEYS
 from llm_diagnose.probes.experiments.prefix import run_prefix
-from llm_diagnose.probes.experiments.sizing import Calibration, EngineLimits, plan_experiments, size_experiments
+from llm_diagnose.probes.experiments.sizing import Calibration, plan_experiments, size_experiments
 from llm_diagnose.probes.experiments.spec import KEYS as SPEC_KEYS
 from llm_diagnose.probes.experiments.spec import run_spec
 from llm_diagnose.probes.http import ProbeHTTPError, get_json, make_session, normalize_base_url, redact_url
@@ -57,21 +57,7 @@ from llm_diagnose.probes.results import Fact, Measurement, NotMeasured, Provenan
 if TYPE_CHECKING:
     from llm_diagnose.probes.metrics.window import ScrapeRecord
 
-__all__ = [
-    "ALL_EXPERIMENTS",
-    "ActiveBudget",
-    "ExperimentPlan",
-    "plan_experiments",
-    "size_experiments",
-    "Calibration",
-    "EngineLimits",
-    "describe_plan",
-    "prepare_plan",
-    "run_experiments",
-    "metrics_reader",
-    "discover_model",
-    "EXPERIMENT_KEYS",
-]
+__all__ = ["EXPERIMENT_KEYS", "prepare_plan", "run_experiments", "metrics_reader", "discover_model"]
 
 EXPERIMENT_KEYS: dict[str, tuple[str, ...]] = {
     "decode": DECODE_KEYS,
