@@ -107,6 +107,8 @@ def engine(*pages: str) -> Iterator[tuple[str, list[tuple[str, str]]]]:
 
 
 def _load(url: str) -> load_at_start.ServerLoad:
+    """The load read_server_load reads (discovery takes one /metrics page before its reads)."""
+
     async def read():
         async with make_session() as session:
             return await read_server_load(session, url, settle_s=0.0)
@@ -136,10 +138,44 @@ def test_requests_in_flight_before_sending_are_counted_as_other_clients():
 
 def test_the_last_requests_of_a_run_that_just_ended_are_not_a_busy_server():
     # Busy at the first read, idle at the second: a straggler of the user's previous command drained.
-    with engine(vllm_page(2, 0), IDLE_PAGE) as (url, _):
+    with engine(vllm_page(2, 0), vllm_page(2, 0), IDLE_PAGE) as (url, _):  # discovery reads the first page
         load = _load(url)
-    assert load.requests == 0 and not load.busy
+    assert load.requests == 0 and not load.busy and load.first_requests == 2.0
     assert load.evidence()["active.server_requests_at_start"].value == 0.0
+
+
+def with_generated(page: str, tokens: int) -> str:
+    """`page` with the engine's generated-tokens counter at `tokens`."""
+    line = 'vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 576.0'
+    assert line in page
+    return page.replace(line, f'vllm:generation_tokens_total{{engine="0",model_name="tiny-llama"}} {tokens}.0')
+
+
+def test_a_gap_between_another_clients_requests_at_one_read_does_not_hide_them():
+    # A closed-loop client's four requests end together: one read falls between them and its next ones.
+    with engine(vllm_page(4, 0), *(vllm_page(4, 0), IDLE_PAGE, vllm_page(4, 0))) as (url, _):
+        load = _load(url)
+    assert (load.requests, load.busy, load.first_requests) == (4, True, 4.0)
+    assert load.evidence()["active.server_requests_at_start"].value == 4.0
+
+
+def test_tokens_generated_between_reads_that_each_show_nothing_in_flight_are_another_clients():
+    pages = (with_generated(IDLE_PAGE, 576), with_generated(IDLE_PAGE, 600), with_generated(IDLE_PAGE, 648))
+    with engine(pages[0], *pages) as (url, _):  # discovery reads the page once before the reads
+        load = _load(url)
+    assert (load.requests, load.tokens_between, load.others_at_least, load.busy) == (0, 48.0, 1, True)
+    item = load.evidence()["active.server_requests_at_start"]
+    assert isinstance(item, Measurement) and item.value == 1.0
+    assert "48 tokens generated between the last reads" in item.note
+    assert "at least 1 request(s)" in load.describe()
+
+
+def test_a_run_that_ended_just_before_is_not_another_client_even_if_its_last_step_generated_tokens():
+    # Its last tokens fall between the first read and the second; nothing moves after.
+    pages = (with_generated(vllm_page(2, 0), 576), with_generated(IDLE_PAGE, 580), with_generated(IDLE_PAGE, 580))
+    with engine(pages[0], *pages) as (url, _):
+        load = _load(url)
+    assert (load.requests, load.tokens_between, load.busy, load.first_requests) == (0, 0.0, False, 2.0)
 
 
 def test_a_load_that_cannot_be_read_is_said_not_guessed():

@@ -5,10 +5,15 @@ shares the server with whoever else it serves. Before the first request the engi
 waiting gauges (engines.py's `running` and `waiting` concepts) are read from its /metrics page:
 nothing of the run is in flight yet, so every request they count is another client's.
 
-A page that shows requests is read once more SETTLE_S later, and that second read is the one
-reported (with the first's count in its note): the last requests of a run that has just ended
-(the user's previous command) are gone within a step or two, while a server that serves others is
-serving a second later too.
+The page is read READS times over SETTLE_S, and the reads after the first decide. The last
+requests of a run that has just ended (the user's previous command) are gone within a step or two,
+so the first read alone may count them; a server that serves others is serving a second later too.
+One read alone can also miss a server that serves others: a closed-loop client's requests end
+together and the gauges read 0 until its next ones are scheduled (measured on a vLLM CPU server
+with four other streams: one read in about ten fell in such a gap). So the later reads are taken
+half a second apart, the most requests any of them shows is the count, and where none shows any
+but the engine's generated-tokens counter moved between them, someone else's request ran in
+between: the server is busy, with at least one request (the note says how that is known).
 
 Read-only, as passive mode: GET /v1/models (through discovery, which finds the metrics URL as
 `run` does) and GET /metrics. Never raises for an unreadable server: `error` says why the load is
@@ -29,9 +34,18 @@ from llm_diagnose.probes.results import Measurement, NotMeasured, Provenance, Re
 if TYPE_CHECKING:
     from llm_diagnose.probes.metrics.window import ScrapeRecord
 
-__all__ = ["ServerLoad", "load_of_page", "read_server_load", "server_load_before_sending", "SETTLE_S"]
+__all__ = [
+    "ServerLoad",
+    "load_of_page",
+    "load_of_reads",
+    "read_server_load",
+    "server_load_before_sending",
+    "SETTLE_S",
+    "READS",
+]
 
-SETTLE_S = 1.0  # between the two reads of a page that shows requests in flight
+SETTLE_S = 1.0  # from the first read of the page to the last
+READS = 3  # the first, then two more spread over SETTLE_S: a gap between another client's requests rarely covers both
 
 
 @dataclass(frozen=True)
@@ -44,17 +58,25 @@ class ServerLoad:
     series: str = ""  # the gauges read, for the note
     error: str = ""  # why the load is not known ("" when it is)
     taken_at: str = ""
-    first_requests: float | None = None  # the first read's count, where a second read settled it
+    first_requests: float | None = None  # the first read's count, where later reads settled it
+    tokens_between: float = 0.0  # tokens the engine generated between the later reads (no request of the run's)
 
     @property
     def requests(self) -> int | None:
+        """Requests in flight (running + waiting) at the read that showed the most; None where not known."""
         if self.running is None and self.waiting is None:
             return None
         return round((self.running or 0.0) + (self.waiting or 0.0))
 
     @property
+    def others_at_least(self) -> int:
+        """Other clients' requests: the gauges' count, or 1 where none was in flight at a read but the
+        engine generated tokens between the later reads (a request ran between them)."""
+        return max(self.requests or 0, 1 if self.tokens_between > 0 else 0)
+
+    @property
     def busy(self) -> bool:
-        return (self.requests or 0) > 0
+        return self.others_at_least > 0
 
     def _counts(self) -> str:
         parts = [
@@ -64,11 +86,19 @@ class ServerLoad:
 
     def headline(self) -> str:
         """Who else the server serves: 'the server is already serving N request(s) of other clients (...)'."""
-        twice = f", read twice {SETTLE_S:g} s apart" if self.first_requests is not None else ""
+        read = f", read {READS} times over {SETTLE_S:g} s" if self.first_requests is not None else ""
         return (
-            f"the server is already serving {self.requests} request(s) of other clients "
-            f"({self._counts()}, {self.source}{twice})"
+            f"the server is already serving {self._at_least()}request(s) of other clients "
+            f"({self._counts()}{self._between()}, {self.source}{read})"
         )
+
+    def _at_least(self) -> str:
+        return f"{self.others_at_least} " if (self.requests or 0) > 0 else f"at least {self.others_at_least} "
+
+    def _between(self) -> str:
+        if (self.requests or 0) > 0 or self.tokens_between <= 0:
+            return ""
+        return f" at every read, but {self.tokens_between:.0f} tokens generated between the last reads"
 
     def describe(self) -> str:
         """One line: the server's load before sending, or why it is not known."""
@@ -90,19 +120,12 @@ class ServerLoad:
                 )
             }
         settled = (
-            f"; {self.first_requests:.0f} at a first read {SETTLE_S:g} s before"
+            f"; {self.first_requests:.0f} at a first read, the most of {READS - 1} later reads over {SETTLE_S:g} s kept"
             if self.first_requests is not None
             else ""
         )
-        note = f"{self._counts()}, read from {self.series}{settled}"
-        return {Q.SERVER_REQUESTS_AT_START: Measurement(float(self.requests), "count", prov, note=note)}
-
-
-async def _read_once(session: aiohttp.ClientSession, metrics_url: str, shown: str) -> ServerLoad:
-    from llm_diagnose.probes.metrics.scraper import scrape_once
-
-    record, _, _ = await scrape_once(session, metrics_url)
-    return load_of_page(record, shown)
+        note = f"{self._counts()}{self._between()}, read from {self.series}{settled}"
+        return {Q.SERVER_REQUESTS_AT_START: Measurement(float(self.others_at_least), "count", prov, note=note)}
 
 
 def load_of_page(record: ScrapeRecord, shown: str) -> ServerLoad:
@@ -137,23 +160,46 @@ async def read_server_load(
     settle_s: float | None = None,
 ) -> ServerLoad:
     """The server's requests in flight now (see the module's docstring); never raises for the server.
-    `settle_s`: between the two reads of a busy page (SETTLE_S by default)."""
+    `settle_s`: from the first read to the last (SETTLE_S by default)."""
     from llm_diagnose.probes.discovery import discover
     from llm_diagnose.probes.http import ProbeHTTPError, redact_url
+    from llm_diagnose.probes.metrics.scraper import scrape_once
 
     try:
         found = await discover(base_url, metrics_url=metrics_url, session=session, require_metrics=False)
     except ProbeHTTPError as exc:
         return ServerLoad(redact_url(metrics_url or base_url), error=str(exc), taken_at=now_iso())
     shown = redact_url(found.metrics_url)
-    first = await _read_once(session, found.metrics_url, shown)
-    if not first.busy:
+    span = SETTLE_S if settle_s is None else settle_s
+    records: list[ScrapeRecord] = []
+    for i in range(READS):
+        if i:
+            await asyncio.sleep(span / (READS - 1))
+        record, _, _ = await scrape_once(session, found.metrics_url)
+        records.append(record)
+        if i == 0 and load_of_page(record, shown).requests is None:
+            break  # unreadable or no gauge: reading again says nothing more
+    return load_of_reads(records, shown)
+
+
+def load_of_reads(records: list[ScrapeRecord], shown: str) -> ServerLoad:
+    """The load that reads of one page taken in turn show (see the module's docstring): the most
+    requests a read after the first shows, and the tokens generated between those reads; the first
+    read's where no later one could be read."""
+    from llm_diagnose.probes.metrics.engines import ENGINE_METRICS, Sel, detect_engine
+    from llm_diagnose.probes.metrics.window import Window
+
+    first = load_of_page(records[0], shown)
+    later = [load for load in (load_of_page(r, shown) for r in records[1:]) if load.requests is not None]
+    if first.requests is None or not later:
         return first
-    await asyncio.sleep(SETTLE_S if settle_s is None else settle_s)
-    second = await _read_once(session, found.metrics_url, shown)
-    if second.requests is None:  # the second read failed: the first stands
-        return first
-    return replace(second, first_requests=float(first.requests or 0))
+    peak = max(later, key=lambda load: load.requests or 0)
+    readable = tuple(r for r in records[1:] if r.scrape is not None)
+    engine = detect_engine(readable[-1].scrape).engine if readable[-1].scrape is not None else None
+    window = Window(shown, readable)
+    counter = window.resolve(ENGINE_METRICS.get(engine or "", {}).get("generation_tokens", ()))
+    tokens = window.counter(counter).total if isinstance(counter, Sel) and len(readable) >= 2 else 0.0
+    return replace(peak, first_requests=float(first.requests), tokens_between=tokens)
 
 
 def server_load_before_sending(base_url: str, metrics_url: str | None = None) -> ServerLoad:
