@@ -105,6 +105,20 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def small_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The recipe's 23 M "small" model, slow enough on 2 cores for latency experiments."""
+    cache = os.environ.get("LLMD_CACHE_DIR")
+    root = Path(cache) if cache else tmp_path_factory.mktemp("models")
+    return make_tiny_model(root / f"small-llama-r{RECIPE_VERSION}", size="small")
+
+
+def small_server_flags(small_model_dir: Path) -> dict:
+    """The factory's flags for the small model's server, one server for the modules that use it.
+    --enable-prompt-tokens-details: responses carry cached_tokens, the prefix experiment's second source."""
+    return {"model_dir": small_model_dir, "extra_args": ("--enable-prompt-tokens-details",)}
+
+
+@pytest.fixture(scope="session")
 def vllm_server_factory(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., VllmServer]]:

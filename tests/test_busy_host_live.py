@@ -9,7 +9,7 @@ another tenant of a shared staging box or CI runner is.
 
 Each run goes through the CLI in-process, as a user runs it. The experiments are heterogeneity
 (Q3) and decode (Q5): a continuously batching engine must never be read as static batching.
-Interference is left to test_experiments (its injected 1536-token prefills do stall decode on a
+Interference is left to test_small_model_live (its injected 1536-token prefills do stall decode on a
 CPU, so a "yes" there is true, not false).
 """
 

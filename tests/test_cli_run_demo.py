@@ -152,7 +152,7 @@ def test_run_active_says_what_it_sends_and_keeps_to_the_budget(vllm_server, tmp_
     served = evidence.get("decode.itl_p50_s")  # beside what the engine served over the window
     assert served is not None and not served.provenance.method.startswith("active"), served
     assert itl.summary is not None and itl.summary.n > 10, "an active latency carries its samples"
-    _wait_idle(vllm_server.url)  # the server is shared: leave it with no request still in flight
+    wait_idle(vllm_server.url)  # the server is shared: leave it with no request still in flight
 
 
 def requests_in_flight(url: str) -> float:
@@ -170,7 +170,7 @@ def requests_in_flight(url: str) -> float:
     )
 
 
-def _wait_idle(url: str, timeout_s: float = 30.0) -> None:
+def wait_idle(url: str, timeout_s: float = 30.0) -> None:
     import time
 
     deadline = time.monotonic() + timeout_s

@@ -5,7 +5,7 @@ made to do on demand: cut a stream mid-response, answer 429 or 500, send malform
 past a timeout, vanish; and for holding 1,000 streams open at once, which the 2-core test
 machine could not do with a real engine beside it. Each fake behaviour says which fault it
 stands for. Everything that a real server can show is tested against vLLM in
-tests/test_experiments.py.
+tests/test_small_model_live.py.
 """
 
 from __future__ import annotations

@@ -363,6 +363,6 @@ def test_run_judges_an_objective_from_real_measured_gaps(vllm_server, tmp_path, 
     assert by_key["itl_p99_s"].met is True and by_key["itl_p99_s"].observed_s == p99.value
     assert by_key["itl_p90_s"].met is True and "samples" in by_key["itl_p90_s"].how
     assert saved.answer("Q5").verdict == "slo-met" and saved.slo == slo("itl:p99:10s", "itl:p90:10s")
-    from tests.test_cli_run_demo import _wait_idle
+    from tests.test_cli_run_demo import wait_idle
 
-    _wait_idle(vllm_server.url)  # the server is shared: leave it with no request still in flight
+    wait_idle(vllm_server.url)  # the server is shared: leave it with no request still in flight

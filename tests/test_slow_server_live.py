@@ -4,7 +4,8 @@ what the server served beside what the experiments measured, and says which verd
 beside other traffic.
 
 The server serves the recipe's "small" model (23 M random parameters, llm_diagnose/diagnose/demo/
-tiny_model.py) under vLLM's default scheduler limits: beside the other client's four streams it
+tiny_model.py) under vLLM's default scheduler limits (the session's small-model server, shared with
+test_small_model_live.py, which runs next): beside the other client's four streams it
 takes tens of ms per token on this 2-core host (the calibration's figure is asserted). The recipe's
 "slow" model (~162 M) took 115-130 ms per token there beside two to four streams, past what a 60 s
 budget can hold for every experiment (the run then skips the last ones and says what budget would
@@ -16,20 +17,18 @@ assertions share it.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 
 from llm_diagnose.diagnose.cli import main
-from llm_diagnose.diagnose.demo.tiny_model import RECIPE_VERSION, make_tiny_model
-from llm_diagnose.diagnose.demo.vllm_server import VllmServer
 from llm_diagnose.diagnose.runfolder import RunFolder
 from llm_diagnose.probes import quantities as Q
 from llm_diagnose.probes.experiments import EXPERIMENT_KEYS
 from llm_diagnose.probes.results import Measurement, NotMeasured
-from tests.test_cli_run_demo import requests_in_flight
+from tests.conftest import small_server_flags
+from tests.test_cli_run_demo import requests_in_flight, wait_idle
 from tests.test_judgement_live import closed_loop
 
 pytestmark = pytest.mark.real_engine
@@ -43,12 +42,10 @@ def other_clients_request(i: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def slow_server(tmp_path_factory):
-    cache = os.environ.get("LLMD_CACHE_DIR")
-    root = Path(cache) if cache else tmp_path_factory.mktemp("models")
-    model_dir = make_tiny_model(root / f"small-llama-r{RECIPE_VERSION}", size="small")
-    with VllmServer(model_dir, tmp_path_factory.mktemp("vllm-slow"), ready_timeout=600) as server:
-        yield server
+def slow_server(vllm_server_factory, small_model_dir):
+    """The session's small-model server (test_small_model_live.py, next, uses it too); nothing has
+    been sent to it before this module: no module before this one asks for it."""
+    return vllm_server_factory(**small_server_flags(small_model_dir))
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +55,7 @@ def busy_run(slow_server, tmp_path_factory):
     with closed_loop(slow_server, OTHER_STREAMS, other_clients_request) as load:
         _wait_for_others(slow_server.url)  # the run reads the server's load before it sends: let it see them
         code = main(["run", "--url", slow_server.url, "--out", str(out), "--active", "--quiet"])
+    wait_idle(slow_server.url)  # the other client's last requests are aborted: the next module finds it idle
     assert load.completed > 0 and not load.errors, (load.completed, load.errors[:3])
     return code, out, RunFolder.load(out)
 
@@ -75,12 +73,12 @@ def _events(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if line.strip()]
 
 
-# Calibrated at or below this, every experiment fits the default 60 s (measured: 32 ms per token, the
-# last experiment ended at 48 s). The same server calibrated 55 ms per token in another full run on this
-# host: then the plan's time caps (about 55 s for four experiments) left the fifth, spec, out, although
-# the four ended at 41 s. That is the gap left open in issue 26: a sized-out experiment is not run with
-# the time the others did not use. Above the band the test holds the run to saying so, with the budget.
-ALL_FIT_BELOW_S = 0.035
+# Calibrated at or below this, every experiment runs inside the default 60 s. Measured on this host: 30-32
+# ms per token ran all five as planned (the last ended at 48 s); 55 ms per token planned four (their caps
+# came to about 55 s) and they ended at 41 s, and the fifth, spec, sized again in the 19 s they left, ran
+# last (tests/test_experiments_leftover.py holds that re-sizing on a stand-in clock). Above the band the
+# test holds the run to saying what it left out, with a budget that would hold it.
+ALL_RUN_BELOW_S = 0.060
 
 
 def test_every_experiment_finishes_inside_the_default_budget(busy_run):
@@ -88,17 +86,21 @@ def test_every_experiment_finishes_inside_the_default_budget(busy_run):
     assert code == 0, (out / "summary.txt").read_text()
     events = _events(out)
     sized = next(e for e in events if e.get("event") == "experiments-sized")
+    resized = [e for e in events if e.get("event") == "experiments-resized"]
+    left_out = resized[-1]["skipped"] if resized else sized["skipped"]
     calibration = folder.evidence.items.get(Q.CALIBRATION_ITL)
     assert isinstance(calibration, Measurement) and calibration.value >= SLOW_TOKEN_S, calibration
-    if calibration.value <= ALL_FIT_BELOW_S:
-        assert not sized["skipped"], sized["skipped"]  # nothing sized out of the budget
-    for skipped in sized["skipped"]:  # each says which budget would hold it, and it is over the default
+    if sized["skipped"]:  # left out of the plan: sized again in what the others left unused
+        assert resized, [e.get("event") for e in events]
+    if calibration.value <= ALL_RUN_BELOW_S:
+        assert not left_out, (calibration.value, left_out)  # every experiment ran
+    for skipped in left_out:  # each says which budget would hold it, and it is over the default
         need = float(skipped["hint"].rsplit("at least ", 1)[1].split()[0])
         assert need > 60, skipped
     ended = {e["experiment"] for e in events if e.get("event") == "experiment-end"}
-    assert ended == set(EXPERIMENT_KEYS) - {s["experiment"] for s in sized["skipped"]}, ended
+    ran = set(EXPERIMENT_KEYS) - {s["experiment"] for s in left_out}
+    assert ended == ran, ended
     items = folder.evidence.items
-    ran = set(EXPERIMENT_KEYS) - {s["experiment"] for s in sized["skipped"]}
     lost = {
         k: r.reason
         for name in ran

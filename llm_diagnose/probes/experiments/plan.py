@@ -269,8 +269,16 @@ def describe_plan(plan: ExperimentPlan, *, reasons: bool = False) -> str:
         )
         if reasons:
             lines.extend(f"       why: {w}" for w in p.why)
+    # A sized plan's caps are upper bounds: what the steps leave unused may still hold a left-out one
+    # (runner.run_experiments sizes it again after them). A hand-built plan runs as it is.
+    late = bool(plan.skipped and plan.sized_from and plan.steps)
+    unless = ", unless the experiments before it end early enough to leave it room: then it is sized again and run last"
     for name, why, hint in plan.skipped:
-        lines.append(f"  - {name} ({QUESTION_OF[name]}) will not run: {why}" + (f" ({hint})" if hint else ""))
+        lines.append(
+            f"  - {name} ({QUESTION_OF[name]}) will not run: {why}"
+            + (f" ({hint})" if hint else "")
+            + (unless if late else "")
+        )
     rate = (
         f"; starts paced to at most {plan.budget.max_rps:g}/s, which may stretch the experiments"
         if plan.budget.max_rps
@@ -282,6 +290,12 @@ def describe_plan(plan: ExperimentPlan, *, reasons: bool = False) -> str:
             f"  in all: at most {min(plan.requests + extra, plan.budget.max_requests)} requests "
             f"(the POST /tokenize{' and the calibration request' if plan.provisional else ''} below included) "
             f"within {plan.duration_bound_s:.0f} s{rate}"
+            + (
+                f"; one left out and run last keeps within the budget's {plan.budget.max_requests} requests and "
+                f"{plan.budget.max_seconds:g} s"
+                if late
+                else ""
+            )
         )
     else:
         lines.append("  nothing will be sent: no experiment fits the budget")
@@ -290,8 +304,9 @@ def describe_plan(plan: ExperimentPlan, *, reasons: bool = False) -> str:
         first += (
             ", then one short streamed calibration request (it counts too) whose time per token and prefill "
             "time per prompt token size every experiment again, within the same budget: the sizes above assume "
-            "the speed stated under 'sized from' and are replaced by those measured (events.jsonl, "
-            "'experiments-sized', has the final plan and why each size was chosen)"
+            "the speed stated under 'sized from' and are replaced by those measured (events.jsonl has that plan "
+            "and why each size was chosen, 'experiments-sized', and any left-out experiment sized again to run "
+            "last, 'experiments-resized')"
         )
     lines.append(
         f"  also: {first}; "

@@ -1,6 +1,7 @@
 """Runs the active experiments within one budget: the calibration, the sizing, each experiment in
-its time cap (once more for a starved client), what an overrun keeps, and the evidence they give.
-The package's docstring shows the calls; this module holds them."""
+its time cap (once more for a starved client), those the plan left out sized again in what the
+others left unused, what an overrun keeps, and the evidence they give. The package's docstring
+shows the calls; this module holds them."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from llm_diagnose.probes.experiments.interference import run_interference
 from llm_diagnose.probes.experiments.plan import ALL_EXPERIMENTS, ExperimentPlan, StepPlan, describe_plan
 from llm_diagnose.probes.experiments.prefix import KEYS as PREFIX_KEYS
 from llm_diagnose.probes.experiments.prefix import run_prefix
-from llm_diagnose.probes.experiments.sizing import Calibration, plan_experiments, size_experiments
+from llm_diagnose.probes.experiments.sizing import Calibration, EngineLimits, plan_experiments, size_experiments
 from llm_diagnose.probes.experiments.spec import KEYS as SPEC_KEYS
 from llm_diagnose.probes.experiments.spec import run_spec
 from llm_diagnose.probes.http import ProbeHTTPError, get_json, make_session, normalize_base_url, redact_url
@@ -149,8 +150,11 @@ async def run_experiments(
     A provisional `plan` (from prepare_plan, already printed), or none, is sized here from one
     calibration request and the engine's limits (`engine_facts`: discovery's facts, such as
     max_num_seqs; the metrics page adds the KV capacity), within the same budget; the sized plan
-    and why each size was chosen go to events.jsonl ('experiments-sized'). A plan that is not
-    provisional (built by hand) is run as it is, with no calibration. `metrics_scraper` (or
+    and why each size was chosen go to events.jsonl ('experiments-sized'). The time caps are upper
+    bounds and experiments often end early: after the planned ones, those the plan left out are
+    sized again by the same fit in the time and requests really left, and those that now fit run
+    ('experiments-resized'); the rest keep their "did not run". A plan that is not provisional
+    (built by hand) is run as it is, with no calibration. `metrics_scraper` (or
     `metrics_url`, read with this run's session) gives the server's counters before and after
     each experiment. `on_result(name, results)` sees each experiment's results as they come,
     for a partial diagnosis if the run is interrupted. The budget's clock starts here: set-up
@@ -213,19 +217,27 @@ async def run_experiments(
                 prompts=prompts.describe(),
                 plan=describe_plan(plan),
             )
+            fit: tuple[Calibration, EngineLimits] | None = None  # what the plan was sized from
             if sizing:
-                plan, calibration = await _size(ctx, plan, guard, engine_facts, context_len)
+                plan, calibration, limits = await _size(ctx, plan, guard, engine_facts, context_len)
                 results.update(calibration_results(calibration, source))
+                fit = (calibration, limits)
             side_by_side: dict[str, list[agreement.SideBySide]] = {}  # client vs server, per experiment
+            skipped = plan.skipped
             async with HealthWindow(client.counters, host) as run_health:
-                for i, (name, step) in enumerate(plan.steps):
-                    later = plan.steps[i + 1 :]
-                    reserve = (sum(p.time_cap_s for _, p in later), sum(p.requests for _, p in later))
-                    outcome = await _run_one(name, step, ctx, guard, client, host, reserve, side_by_side)
-                    results.update(outcome)
-                    if on_result is not None:
-                        on_result(name, outcome)
-            for name, why, hint in plan.skipped:
+                steps = plan.steps
+                while steps:  # the plan's steps, then those it left out that what is left now holds
+                    for i, (name, step) in enumerate(steps):
+                        later = steps[i + 1 :]
+                        reserve = (sum(p.time_cap_s for _, p in later), sum(p.requests for _, p in later))
+                        outcome = await _run_one(name, step, ctx, guard, client, host, reserve, side_by_side)
+                        results.update(outcome)
+                        if on_result is not None:
+                            on_result(name, outcome)
+                    steps = ()
+                    if fit is not None and skipped and not guard.exhausted():
+                        steps, skipped = _resize_left_out(ctx, plan, skipped, guard, *fit)
+            for name, why, hint in skipped:
                 results.update(not_measured(EXPERIMENT_KEYS[name], f"{name} did not run: {why}", hint))
             assert run_health.health is not None
             results.update(run_health.health.measurements(source))
@@ -414,7 +426,7 @@ async def _size(
     guard: BudgetGuard,
     engine_facts: Mapping[str, Result] | None,
     context_len: int | None,
-) -> tuple[ExperimentPlan, Calibration]:
+) -> tuple[ExperimentPlan, Calibration, EngineLimits]:
     """Measure the server's speed with one request, read its limits, and size the plan's experiments."""
     names = tuple(n for n in ALL_EXPERIMENTS if n in {s for s, _ in plan.steps} | {s for s, *_ in plan.skipped})
     limits = await engine_limits(ctx, engine_facts, context_len)
@@ -439,4 +451,56 @@ async def _size(
     )
     ctx.notes.append(f"experiments sized from {sized.sized_from}")
     ctx.notes.extend(sized.notes)
-    return sized, calibration
+    return sized, calibration, limits
+
+
+def _resize_left_out(
+    ctx: ExperimentContext,
+    plan: ExperimentPlan,
+    skipped: tuple[tuple[str, str, str], ...],
+    guard: BudgetGuard,
+    calibration: Calibration,
+    limits: EngineLimits,
+) -> tuple[tuple[tuple[str, StepPlan], ...], tuple[tuple[str, str, str], ...]]:
+    """The experiments the plan left out, sized again by the same fit in what the budget really has
+    left (the steps before them often end well inside their caps): those that now fit, in priority
+    order, and those that still do not.
+
+    One still left out gets the second sizing's `why` (what was really left) and keeps the plan's
+    hint: the least budget whose plan holds it (found by sizing the plan again at larger budgets),
+    which what the others happened to leave unused cannot make untrue. Each re-size goes to
+    events.jsonl ('experiments-resized'); the first plan stays in 'experiments-sized'."""
+    left_s, left_requests = guard.remaining_s, guard.remaining_requests  # read once: the sizes and the event agree
+    spent_s = guard.budget.max_seconds - left_s
+    again = size_experiments(
+        calibration,
+        limits,
+        guard.budget,
+        tuple(name for name, *_ in skipped),
+        spent_s=spent_s,
+        spent_requests=guard.sent,
+        endpoint=plan.endpoint,
+        target=plan.target,
+        model=plan.model,
+    )
+    hints = {name: hint for name, _, hint in skipped}
+    still = tuple((name, why, hints[name]) for name, why, _ in again.skipped)
+    left = f"{left_s:.1f} s and {left_requests} requests"
+    ctx.events.event(
+        "experiments-resized",
+        why=f"the experiments before left {left} of the budget unused ({spent_s:.1f} s and {guard.sent} requests "
+        "spent); those the plan left out are sized again in that",
+        left_s=round(left_s, 3),
+        left_requests=left_requests,
+        resized={
+            name: {"time_cap_s": round(p.time_cap_s, 3), "requests": p.requests, "plan": p.describe(), "why": [*p.why]}
+            for name, p in again.steps
+        },
+        skipped=[{"experiment": n, "why": why, "hint": hint} for n, why, hint in still],
+    )
+    for name, step in again.steps:
+        ctx.notes.append(
+            f"{name} was left out of the plan, but the planned experiments left {left} unused: it was sized "
+            f"again to fit them and run last (at most {step.requests} requests, {step.time_cap_s:.0f} s)"
+        )
+    return again.steps, still

@@ -16,6 +16,10 @@ The fit into the budget, in order:
 3. the largest common scale in [0, 1] at which the rest fits both the requests and the seconds;
 4. the decode ladder then climbs further towards that top as far as what is left allows.
 
+The phases' deadlines are upper bounds, and experiments often end well before them: after the
+planned steps the runner sizes the skipped ones again by the same fit, in the time and requests
+the budget really has left (`spent_s`, `spent_requests`), and runs those that now fit.
+
 A phase's deadline is its planned time at the measured speed times DEADLINE_SLACK, so a slow
 server gets longer phases (and, the budget being fixed, fewer requests), never a fixed cap that
 only a fast one can meet.
@@ -23,6 +27,7 @@ only a fast one can meet.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -609,34 +614,141 @@ def _keep(s: _Server, room_requests: int, room_s: float, names: list[str]) -> tu
 
 MAX_HINT_SECONDS = 24 * 3600  # a hint past a day is no hint: the experiment cannot run against this server
 MAX_HINT_REQUESTS = 100_000
+# The hint's search downwards takes at most this many steps (each sizes the server again, ~0.4 ms);
+# one that runs out stops where it is, and its hint is true, if perhaps not the least.
+MAX_HINT_STEPS = 100
+ROUNDING_S = 1e-9  # seconds added in another order than _keep's may differ in their last bits
 
 
-def _least(low: int, high: int, ok: Callable[[int], bool]) -> int | None:
-    """The least value in [low, high] where `ok` holds (it holds from some value on), or None."""
-    if not ok(high):
+@dataclass(frozen=True)
+class _Fit:
+    """The fit at one budget: the experiments it keeps, each one's floor as the fit counts it (requests,
+    deadline) in priority order, and the room it fits them in (requests, seconds)."""
+
+    kept: tuple[str, ...]
+    floors: Mapping[str, tuple[int, float]]
+    room: tuple[int, float]
+
+
+def _fit(s: _Server, room_requests: int, room_s: float, names: list[str]) -> _Fit:
+    floors = {n: (p.requests, p.time_cap_s) for n, p in ((n, _BUILDERS[n](s, 0.0)) for n in names)}
+    return _Fit(tuple(_keep(s, room_requests, room_s, names)[0]), floors, (room_requests, room_s))
+
+
+def _kept_between(name: str, lo: _Fit, hi: _Fit) -> bool:
+    """Whether every budget from `lo`'s to `hi`'s (at least the one, at most the other in both bounds)
+    keeps `name`, argued from the two fits.
+
+    Neither a floor (test_a_floor_never_shrinks_as_the_budget_grows) nor the room shrinks as the budget
+    grows. Take what `lo` keeps up to `name`, `name` among them. At a budget between, in _keep's order:
+    each of those fits if all of them at `hi`'s floors fit `lo`'s room; each other one is left out if
+    at `lo`'s floor, after those before it at theirs, it overflows `hi`'s room in one bound. So the
+    same ones are kept, one after the other, `name` too.
+    """
+    if name not in lo.kept:
+        return False
+    order = list(lo.floors)
+    through = order[: order.index(name) + 1]
+    kept = set(lo.kept)
+    need_requests = sum(hi.floors[n][0] for n in through if n in kept)
+    need_s = sum(hi.floors[n][1] for n in through if n in kept)
+    if need_requests > lo.room[0] or need_s > lo.room[1] - ROUNDING_S:
+        return False
+    used_requests, used_s = 0, 0.0
+    for n in through:
+        requests, seconds = lo.floors[n]
+        if n in kept:
+            used_requests, used_s = used_requests + requests, used_s + seconds
+        elif used_requests + requests <= hi.room[0] and used_s + seconds <= hi.room[1] + ROUNDING_S:
+            return False  # it may fit at some budget between, and take the room
+    return True
+
+
+def _least(low: int, high: int, ok: Callable[[int], bool]) -> int:
+    """The least value in [low, high] where `ok` holds, `ok` holding at `high` and at every value above
+    one where it holds: steps doubling from `low` (a hint is most often near the budget), then halving."""
+    bad, good, step = low - 1, high, 1  # bad: the largest value known to fail (none yet)
+    while bad + step < good:
+        if ok(bad + step):
+            good = bad + step
+            break
+        bad, step = bad + step, step * 2
+    while good - bad > 1:
+        mid = (bad + good) // 2
+        bad, good = (bad, mid) if ok(mid) else (mid, good)
+    return good
+
+
+def _least_from(low: int, high: int, kept_between: Callable[[int, int], bool]) -> int:
+    """The least value in [low, high] from which every value up to `high` keeps an experiment, `high`
+    keeping it; `kept_between(a, b)`: every value from a to b does, as _kept_between argues.
+
+    First the least from which it is argued up to `high` (where that holds, it holds above); then
+    down in steps that double while each is argued and halve when not; one value that cannot be
+    argued from the one above (what is kept before it changes there) is argued alone.
+    """
+    least = _least(low, high, lambda v: kept_between(v, high))
+    step = 1
+    for _ in range(MAX_HINT_STEPS):
+        if least <= low:
+            break
+        down = max(low, least - step)
+        if kept_between(down, least):
+            least, step = down, step * 2
+        elif step > 1:
+            step //= 2
+        elif kept_between(down, down):
+            least = down
+        else:
+            break
+    return least
+
+
+def _least_one(name: str, budget: ActiveBudget, bound: str, fit: Callable[[ActiveBudget], _Fit]) -> int | None:
+    """The least value of one bound (`max_seconds`, `max_requests`) from which every larger one, the
+    other as it is, keeps `name`; None where the largest (a day, MAX_HINT_REQUESTS) leaves it out."""
+    low = math.ceil(getattr(budget, bound))
+    high = max(low, MAX_HINT_SECONDS if bound == "max_seconds" else MAX_HINT_REQUESTS)
+
+    def at(v: int) -> _Fit:
+        return fit(replace(budget, **{bound: v}))
+
+    if name not in at(high).kept:
         return None
-    while low < high:
-        mid = (low + high) // 2
-        low, high = (low, mid) if ok(mid) else (mid + 1, high)
-    return low
+    return _least_from(low, high, lambda a, b: _kept_between(name, at(a), at(b)))
 
 
-def _least_budget(name: str, budget: ActiveBudget, runs: Callable[[str, ActiveBudget], bool]) -> str:
+def _least_budget(name: str, budget: ActiveBudget, fit: Callable[[ActiveBudget], _Fit]) -> str:
     """What to raise so that `name` runs, every experiment before it keeping its floor: found by sizing
-    the same server again with larger budgets, so the figure is the one that works."""
-    seconds = _least(
-        math.ceil(budget.max_seconds), MAX_HINT_SECONDS, lambda x: runs(name, replace(budget, max_seconds=x))
-    )
+    the same server again with larger budgets (`fit`), so the figure is the one that works.
+
+    A larger budget does not always keep an experiment: at 55 ms a token spec fits at 51-56 s, not at
+    57-62 s (prefix, before it, then fits at its floor and takes the time) and again from 63 s. The
+    hint is the least budget from which every larger one, in whole seconds or requests up to a day or
+    MAX_HINT_REQUESTS, keeps it: 63 there.
+    """
+    seconds = _least_one(name, budget, "max_seconds", fit)
     if seconds is not None:
         return f"raise --budget-seconds to at least {seconds}"
-    requests = _least(budget.max_requests, MAX_HINT_REQUESTS, lambda n: runs(name, replace(budget, max_requests=n)))
+    requests = _least_one(name, budget, "max_requests", fit)
     if requests is not None:
         return f"raise --budget-requests to at least {requests}"
-    both = _least(budget.max_requests, MAX_HINT_REQUESTS, lambda n: runs(name, ActiveBudget(n, MAX_HINT_SECONDS)))
-    if both is None:
+    low_s, low_n = math.ceil(budget.max_seconds), budget.max_requests
+    top = replace(budget, max_requests=max(MAX_HINT_REQUESTS, low_n), max_seconds=max(MAX_HINT_SECONDS, low_s))
+    if name not in fit(top).kept:
         return f"no budget up to {MAX_HINT_REQUESTS} requests and a day lets it run against this server"
-    seconds = _least(math.ceil(budget.max_seconds), MAX_HINT_SECONDS, lambda x: runs(name, ActiveBudget(both, x)))
-    return f"raise --budget-requests to at least {both} and --budget-seconds to at least {seconds}"
+    # Both: every budget with at least these requests and at least these seconds keeps it.
+    requests = _least(
+        low_n, top.max_requests, lambda n: _kept_between(name, fit(replace(top, max_requests=n)), fit(top))
+    )
+    seconds = _least_from(
+        low_s,
+        int(top.max_seconds),
+        lambda a, b: _kept_between(
+            name, fit(replace(top, max_requests=requests, max_seconds=a)), fit(replace(top, max_seconds=b))
+        ),
+    )
+    return f"raise --budget-requests to at least {requests} and --budget-seconds to at least {seconds}"
 
 
 def size_experiments(
@@ -646,6 +758,7 @@ def size_experiments(
     experiments: tuple[str, ...] = ALL_EXPERIMENTS,
     *,
     spent_requests: int = SETUP_REQUESTS + CALIBRATION_REQUESTS,
+    spent_s: float | None = None,
     endpoint: Endpoint = "completions",
     target: str = "",
     model: str = "",
@@ -653,9 +766,11 @@ def size_experiments(
 ) -> ExperimentPlan:
     """The chosen experiments (in priority order) sized for this server and fitted into `budget`.
 
-    `spent_requests`: requests the budget has already given (the POST /tokenize and the
-    calibration request); the seconds spent are `calibration.spent_s` (None: the calibration
-    request's planned time at its own speed).
+    `spent_requests` and `spent_s`: what the budget has already given. Before the experiments
+    that is the POST /tokenize and the calibration request, and the seconds default to
+    `calibration.spent_s` (None there too: the calibration request's planned time at its own
+    speed). After the planned experiments, the runner sizes those the plan left out again with
+    what they really spent (runner.run_experiments): the same fit, in what is left.
 
     Raises:
         ValueError: an unknown experiment name (the message lists the known ones).
@@ -663,7 +778,8 @@ def size_experiments(
     unknown = [e for e in experiments if e not in _BUILDERS]
     if unknown:
         raise ValueError(f"unknown experiment(s) {', '.join(unknown)}; known: {', '.join(ALL_EXPERIMENTS)}")
-    spent_s = calibration.spent_s
+    if spent_s is None:
+        spent_s = calibration.spent_s
     if spent_s is None:
         spent_s = CALIBRATION_PROMPT_TOKENS * calibration.prefill_s_per_token + (
             CALIBRATION_OUTPUT_TOKENS * calibration.step_s
@@ -674,13 +790,14 @@ def size_experiments(
         room_s = max(0.0, b.max_seconds - SETUP_RESERVE_S - spent_s)
         return _resolve(calibration, engine_limits, room_s), max(0, b.max_requests - spent_requests), room_s
 
-    def runs(name: str, b: ActiveBudget) -> bool:
-        return name in _keep(*rooms(b), names)[0]
+    @functools.cache  # the hints size the same server again at other budgets, some of them more than once
+    def fit_at(b: ActiveBudget) -> _Fit:
+        return _fit(*rooms(b), names)
 
     s, room_requests, room_s = rooms(budget)
     # 2. In priority order, what fits at its floor; what does not, with the budget that would let it run.
     kept, left_out = _keep(s, room_requests, room_s, names)
-    skipped = [(name, why, _least_budget(name, budget, runs)) for name, why in left_out]
+    skipped = [(name, why, _least_budget(name, budget, fit_at)) for name, why in left_out]
 
     # 3. The largest common scale at which the rest fits (counts and times grow with it).
     def at(scale: float) -> list[StepPlan]:

@@ -4,20 +4,21 @@ vLLM serves the 23 M-parameter "small" model here, not the 1.45 M "tiny" one: th
 decodes in ~2 ms and prefills 1.6 k tokens in a few ms, so interference is invisible with it
 (shared/notes/vllm-cpu.md); the small one shows it plainly. Each test sends a few seconds of
 traffic. The pure analysis functions are checked on hand-made records at the end.
+
+The module runs right after test_slow_server_live.py (file names sort so), which serves the same
+small model with the same flags: the session's server factory starts it once for both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from llm_diagnose.diagnose.demo.tiny_model import RECIPE_VERSION, make_tiny_model
 from llm_diagnose.diagnose.demo.vllm_server import TransformersServer
 from llm_diagnose.diagnose.tree.evidence import Evidence, Target
 from llm_diagnose.diagnose.tree.questions.q2_prefix_sharing import ask_q2
@@ -64,22 +65,15 @@ from llm_diagnose.probes.load.records import JsonlWriter
 from llm_diagnose.probes.metrics.passive import passive_evidence
 from llm_diagnose.probes.metrics.window import Window
 from llm_diagnose.probes.results import Measurement
+from tests.conftest import small_server_flags
 
 real = pytest.mark.real_engine
 METRICS = "/metrics"
 
 
-@pytest.fixture(scope="session")
-def small_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = os.environ.get("LLMD_CACHE_DIR")
-    root = Path(cache) if cache else tmp_path_factory.mktemp("models")
-    return make_tiny_model(root / f"small-llama-r{RECIPE_VERSION}", size="small")
-
-
 @pytest.fixture
 def small_vllm(vllm_server_factory, small_model_dir):
-    # --enable-prompt-tokens-details: responses carry cached_tokens, the prefix test's second source.
-    return vllm_server_factory(model_dir=small_model_dir, extra_args=("--enable-prompt-tokens-details",))
+    return vllm_server_factory(**small_server_flags(small_model_dir))
 
 
 def _active(
