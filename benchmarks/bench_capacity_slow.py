@@ -15,11 +15,14 @@ Run by hand (it is no test: the suite must stay short on 2 cores). It:
 4. runs `llm-diagnose run --active` with its defaults (the evidence), then `plan` from that
    evidence, then `plan --active` (the live ramp), each in-process;
 5. runs an independent open-loop sweep of the same trace: Poisson arrivals at rates on a grid
-   of x sqrt(2) from `--sweep-start`, every rate judged on the same SLO, until two rates in a
-   row break; the sweep's goodput is the highest rate that held below the first that broke;
+   of x sqrt(2) from `--sweep-start` (default: about two lone requests in flight, from the run's
+   calibration), every rate judged on the same SLO, until two rates in a row break; the sweep's
+   goodput is the highest rate that held below those two (`sweep_goodput`: one broken rate
+   between two that held is a noisy moment of the host, not the edge);
 6. prints predicted (`plan`), measured (`plan --active`) and swept goodput, the engine's
-   ceiling, and the checks of the issue: `plan` within 2x of the sweep, `plan --active`
-   within 1.5x, neither above the ceiling. Exit 0 when all hold, 1 otherwise.
+   ceiling, and the checks of the issue (`check_plans`, also run by
+   tests/test_small_model_capacity_live.py on the suite's small-model server): `plan` within
+   2x of the sweep, `plan --active` within 1.5x, neither above the ceiling. Exit 0 when all hold, 1 otherwise.
 
 The SLO is the issue's (ttft:p90:1s, itl:p50:60ms) for bench-160m, which made ~24 ms a token;
 `--slo auto` (the default for `tiny`) sets it from this server's own batch-1 gap in the
@@ -156,9 +159,138 @@ async def sweep(url: str, trace_path: Path, slo_text: list[str], start: float, o
                 if broken_in_a_row >= SWEEP_BROKEN_IN_A_ROW:
                     break
                 rate *= SWEEP_FACTOR
-    first_broken = next((r for r, met, _ in rows if not met), math.inf)
-    held = [r for r, met, _ in rows if met and r < first_broken]
-    return (max(held) if held else None), rows
+    return sweep_goodput(rows), rows
+
+
+def sweep_goodput(rows: list[tuple[float, bool | None, str]]) -> float | None:
+    """The highest rate that held below the first of SWEEP_BROKEN_IN_A_ROW rates in a row that broke
+    (the rates rising): one broken rate between two that held is a noisy moment of the host (a
+    server that meets the rates on both sides sustains the one between), not the server's edge."""
+    edge = math.inf
+    for i in range(len(rows) - SWEEP_BROKEN_IN_A_ROW + 1):
+        if not any(met for _, met, _ in rows[i : i + SWEEP_BROKEN_IN_A_ROW]):
+            edge = rows[i][0]
+            break
+    held = [r for r, met, _ in rows if met and r < edge]
+    return max(held) if held else None
+
+
+def lone_request_s(folder: Path, prompt_tokens: int, output_tokens: int) -> float | None:
+    """One request of the trace's shape alone, from the evidence's calibration (its time per output
+    token and per prompt token): the sweep starts where about two such requests are in flight."""
+    items = json.loads((folder / "evidence.json").read_text())["items"]
+    itl = (items.get("active.calibration_itl_s") or {}).get("value")
+    prefill = (items.get("active.calibration_prefill_s_per_token") or {}).get("value")
+    if not isinstance(itl, (int, float)) or not isinstance(prefill, (int, float)) or itl <= 0:
+        return None
+    return prompt_tokens * max(prefill, 0.0) + output_tokens * itl
+
+
+def check_plans(
+    url: str,
+    model_dir: Path,
+    work: Path,
+    *,
+    requests: int = 60,
+    prompt_tokens: int = 200,
+    output_tokens: int = 64,
+    lengths: bool = True,
+    slo: list[str] | None = None,
+    sweep_start: float | None = None,
+    sweep_lone_requests: float = 2.0,
+    budget_requests: int = 600,
+    budget_seconds: float = 900.0,
+) -> dict:
+    """Steps 3-6 of the module's docstring against the server at `url`, serving `model_dir`: the
+    numbers and the checks (`ok`). `slo` None: 'auto'. `sweep_start` None: `sweep_lone_requests`
+    lone requests' worth of rate (that many / the lone request's time, from the evidence's
+    calibration), else 0.5/s."""
+    work.mkdir(parents=True, exist_ok=True)
+    trace = write_trace(work / "trace.jsonl", requests, prompt_tokens, output_tokens, model_dir, lengths=lengths)
+    t0 = time.monotonic()
+    asyncio.run(warm_up(url, trace))
+    evidence = work / "run"
+    code = cli(["run", "--url", url, "--out", str(evidence), "--active", "--quiet"])
+    if code not in (0, 4, 5):
+        raise SystemExit(f"run --active exited {code}")
+    if slo is None or slo == ["auto"]:
+        itl = batch1_itl(evidence)
+        if itl is None:
+            raise SystemExit("--slo auto: the evidence has no decode.batch1_itl_p50_s; give --slo")
+        slo = [f"itl:p50:{AUTO_ITL_FACTOR * itl * 1e3:.1f}ms", f"ttft:p90:{AUTO_TTFT_FACTOR * itl * 1e3:.0f}ms"]
+    if sweep_start is None:
+        lone = lone_request_s(evidence, prompt_tokens, output_tokens)
+        sweep_start = sweep_lone_requests / lone if lone else 0.5
+    common = ["plan", "--evidence", str(evidence), "--trace", str(trace), "--target-rps", "40", *slo_flags(slo)]
+    predicted = plan_json(common, work / "plan")
+    measured = plan_json(
+        [*common, "--active", "--url", url, "--budget-requests", str(budget_requests),
+         "--budget-seconds", str(budget_seconds), "--trial-requests", str(requests)],
+        work / "plan-active",
+    )  # fmt: skip
+    swept, rows = asyncio.run(sweep(url, trace, slo, sweep_start, work))
+    wall = time.monotonic() - t0
+
+    p, m = predicted["scenarios"][0], measured["scenarios"][0]
+    ceiling = p.get("ceiling_rps") or math.inf
+    results: dict = {
+        "slo": slo,
+        "requests": requests,
+        "swept_goodput_rps": swept,
+        "sweep": [{"rate_rps": r, "met": met, "detail": why} for r, met, why in rows],
+        "plan": {
+            "goodput_rps": p["goodput_per_replica_rps"],
+            "bound": p["bound"],
+            "band": [p.get("goodput_low_rps"), p.get("goodput_high_rps")],
+            "extrapolation": p.get("extrapolation"),
+            "ceiling_rps": p.get("ceiling_rps"),
+            "ceiling": p.get("ceiling"),
+            "model": predicted["model"],
+            "error_at_plan": predicted.get("model_error_at_plan"),
+        },
+        "plan --active": {
+            "goodput_rps": m["goodput_per_replica_rps"],
+            "bound": m["bound"],
+            "ceiling_rps": m.get("ceiling_rps"),
+            "measured_goodput": measured.get("measured_goodput"),
+        },
+        "wall_s": wall,
+        "work": str(work),
+        "checks": {},
+    }
+    ok = True
+    for name, s in (("plan", p), ("plan --active", m)):
+        g = s["goodput_per_replica_rps"]
+        ratio = None if g is None or not swept else g / swept
+        within = ratio is not None and 1 / CHECKS[name] <= ratio <= CHECKS[name]
+        below_ceiling = g is None or g <= ceiling * (1 + 1e-9)
+        ok &= within and below_ceiling
+        results["checks"][name] = {"ratio": ratio, "within": within, "below_ceiling": below_ceiling}
+    results["ok"] = ok
+    return results
+
+
+def print_results(results: dict, size: str) -> None:
+    swept = results["swept_goodput_rps"]
+    print(
+        f"\nCapacity on a real vLLM CPU server ({size}), SLO {', '.join(results['slo'])}, "
+        f"{results['requests']} requests:"
+    )
+    print(f"  independent sweep: {swept if swept is None else f'{swept:.3g}'} requests/s")
+    print(f"  engine ceiling: {results['plan'].get('ceiling') or '-'}")
+    for name in ("plan", "plan --active"):
+        s, c = results[name], results["checks"][name]
+        g = s["goodput_rps"]
+        band = ""
+        if s.get("extrapolation"):
+            band = f" (extrapolated: {s['band'][0]} to {s['band'][1]})"
+        ratio = c["ratio"]
+        print(
+            f"  {name}: {g if g is None else f'{g:.3g}'} requests/s{band}; / sweep = "
+            f"{'-' if ratio is None else f'{ratio:.2f}'} (within {CHECKS[name]:g}x: {c['within']}); "
+            f"at most the ceiling: {c['below_ceiling']}"
+        )
+    print(f"  wall {results['wall_s']:.0f} s; folders under {results['work']}")
 
 
 def main() -> int:
@@ -172,7 +304,9 @@ def main() -> int:
     )
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--slo", action="append", help="METRIC:pNN:LIMIT (repeatable), or 'auto'")
-    ap.add_argument("--sweep-start", type=float, default=0.5, help="the sweep's first rate (0.5/s)")
+    ap.add_argument(
+        "--sweep-start", type=float, help="the sweep's first rate (default: 2 / a lone request's time, from the run)"
+    )
     ap.add_argument("--budget-requests", type=int, default=600, help="plan --active's budget (600)")
     ap.add_argument("--budget-seconds", type=float, default=900.0, help="plan --active's budget (900 s)")
     ap.add_argument("--server-arg", action="append", default=[], help="extra vLLM flag (repeatable)")
@@ -183,88 +317,26 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="llmd-capacity-slow-"))
     work.mkdir(parents=True, exist_ok=True)
     model_dir = tiny_model.make_tiny_model(work / f"model-{args.size}", args.size)
-    trace = write_trace(
-        work / "trace.jsonl",
-        args.requests,
-        args.prompt_tokens,
-        args.output_tokens,
-        model_dir,
-        lengths=not args.no_lengths,
-    )
     slo = args.slo or (list(ISSUE_SLO) if args.size == "bench-160m" else ["auto"])
-    t0 = time.monotonic()
     with VllmServer(model_dir, work / "server", extra_args=args.server_arg, ready_timeout=900) as server:
-        asyncio.run(warm_up(server.url, trace))
-        evidence = work / "run"
-        code = cli(["run", "--url", server.url, "--out", str(evidence), "--active", "--quiet"])
-        if code not in (0, 4, 5):
-            raise SystemExit(f"run --active exited {code}")
-        if slo == ["auto"]:
-            itl = batch1_itl(evidence)
-            if itl is None:
-                raise SystemExit("--slo auto: the evidence has no decode.batch1_itl_p50_s; give --slo")
-            slo = [f"itl:p50:{AUTO_ITL_FACTOR * itl * 1e3:.1f}ms", f"ttft:p90:{AUTO_TTFT_FACTOR * itl * 1e3:.0f}ms"]
-        common = ["plan", "--evidence", str(evidence), "--trace", str(trace), "--target-rps", "40", *slo_flags(slo)]
-        predicted = plan_json(common, work / "plan")
-        measured = plan_json(
-            [*common, "--active", "--url", server.url, "--budget-requests", str(args.budget_requests),
-             "--budget-seconds", str(args.budget_seconds), "--trial-requests", str(args.requests)],
-            work / "plan-active",
-        )  # fmt: skip
-        swept, rows = asyncio.run(sweep(server.url, trace, slo, args.sweep_start, work))
-    wall = time.monotonic() - t0
-
-    def today(plan: dict) -> dict:
-        return plan["scenarios"][0]
-
-    p, m = today(predicted), today(measured)
-    ceiling = p.get("ceiling_rps") or math.inf
-    results = {
-        "size": args.size,
-        "slo": slo,
-        "swept_goodput_rps": swept,
-        "sweep": [{"rate_rps": r, "met": met, "detail": why} for r, met, why in rows],
-        "plan": {
-            "goodput_rps": p["goodput_per_replica_rps"],
-            "bound": p["bound"],
-            "band": [p.get("goodput_low_rps"), p.get("goodput_high_rps")],
-            "extrapolation": p.get("extrapolation"),
-            "ceiling_rps": p.get("ceiling_rps"),
-            "model": predicted["model"],
-            "error_at_plan": predicted.get("model_error_at_plan"),
-        },
-        "plan --active": {
-            "goodput_rps": m["goodput_per_replica_rps"],
-            "bound": m["bound"],
-            "ceiling_rps": m.get("ceiling_rps"),
-            "measured_goodput": measured.get("measured_goodput"),
-        },
-        "wall_s": wall,
-        "work": str(work),
-    }
-    ok = True
-    print(f"\nCapacity on a real vLLM CPU server ({args.size}), SLO {', '.join(slo)}, {args.requests} requests:")
-    print(f"  independent sweep: {swept if swept is None else f'{swept:.3g}'} requests/s")
-    print(f"  engine ceiling: {p.get('ceiling') or '-'}")
-    for name, s in (("plan", p), ("plan --active", m)):
-        g = s["goodput_per_replica_rps"]
-        ratio = None if g is None or not swept else g / swept
-        within = ratio is not None and 1 / CHECKS[name] <= ratio <= CHECKS[name]
-        below_ceiling = g is None or g <= ceiling * (1 + 1e-9)
-        ok &= within and below_ceiling
-        band = ""
-        if s.get("extrapolation"):
-            band = f" (extrapolated: {s.get('goodput_low_rps')} to {s.get('goodput_high_rps')})"
-        print(
-            f"  {name}: {g if g is None else f'{g:.3g}'} requests/s{band}; / sweep = "
-            f"{'-' if ratio is None else f'{ratio:.2f}'} (within {CHECKS[name]:g}x: {within}); "
-            f"at most the ceiling: {below_ceiling}"
+        results = check_plans(
+            server.url,
+            model_dir,
+            work,
+            requests=args.requests,
+            prompt_tokens=args.prompt_tokens,
+            output_tokens=args.output_tokens,
+            lengths=not args.no_lengths,
+            slo=slo,
+            sweep_start=args.sweep_start,
+            budget_requests=args.budget_requests,
+            budget_seconds=args.budget_seconds,
         )
-    print(f"  wall {wall:.0f} s; folders under {work}")
-    results["ok"] = ok
+    results["size"] = args.size
+    print_results(results, args.size)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
-    return 0 if ok else 1
+    return 0 if results["ok"] else 1
 
 
 if __name__ == "__main__":
