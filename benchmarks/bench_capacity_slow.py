@@ -7,7 +7,8 @@ Run by hand (it is no test: the suite must stay short on 2 cores). It:
 1. makes a random Llama of `--size` with the tiny model's recipe (seeded weights, the in-process
    BPE tokenizer; nothing is downloaded): `bench-160m` is ~160 M parameters, slow enough on a
    CPU to take tens of ms per token at batch 1; `tiny` is the suite's 1.45 M one;
-2. serves it with vLLM CPU (llm_diagnose.diagnose.demo.vllm_server, default scheduler limits) and
+2. serves it with vLLM CPU (llm_diagnose.diagnose.demo.vllm_server, default scheduler limits, the
+   model inside the EngineCore process as in the suite) and
    warms it up (the trace's first 8 requests, four at a time, twice, unrecorded);
 3. writes a "prompts" trace (replayed at Poisson arrivals): `--requests` (60) text prompts of
    `--prompt-tokens` (200) tokens by the model's own tokenizer, each line stating that count
@@ -18,7 +19,8 @@ Run by hand (it is no test: the suite must stay short on 2 cores). It:
    of x sqrt(2) from `--sweep-start` (default: about two lone requests in flight, from the run's
    calibration), every rate judged on the same SLO, until two rates in a row break; the sweep's
    goodput is the highest rate that held below those two (`sweep_goodput`: one broken rate
-   between two that held is a noisy moment of the host, not the edge);
+   between two that held is a noisy moment of the host, not the edge), refined by two geometric
+   bisections between it and the first of the two (resolution 2^(1/8), not the grid's sqrt(2));
 6. prints predicted (`plan`), measured (`plan --active`) and swept goodput, the engine's
    ceiling, and the checks of the issue (`check_plans`, also run by
    tests/test_small_model_capacity_live.py on the suite's small-model server): `plan` within
@@ -55,6 +57,7 @@ AUTO_ITL_FACTOR, AUTO_TTFT_FACTOR = 2.5, 40.0  # the issue's SLO over its server
 SWEEP_FACTOR = math.sqrt(2.0)
 SWEEP_BROKEN_IN_A_ROW = 2
 SWEEP_MAX_RATES = 16
+SWEEP_BISECTIONS = 2  # between the last rate held and the edge: 2^(1/8) resolution
 CHECKS = {"plan": 2.0, "plan --active": 1.5}  # the issue's bounds: within 2x and 1.5x of the sweep
 
 
@@ -99,7 +102,7 @@ def slo_flags(slo: list[str]) -> list[str]:
 def plan_json(argv: list[str], out: Path) -> dict:
     code = cli([*argv, "--json", "--out", str(out)])
     if code != 0:
-        raise SystemExit(f"plan exited {code}")
+        raise RuntimeError(f"plan exited {code} (its output above says why)")
     return json.loads((out / "capacity-plan.json").read_text())
 
 
@@ -124,7 +127,11 @@ async def warm_up(url: str, trace_path: Path) -> None:
 
 
 async def sweep(url: str, trace_path: Path, slo_text: list[str], start: float, out: Path) -> tuple[float | None, list]:
-    """The independent open-loop sweep: rates start x sqrt(2)^k, each the whole trace at Poisson arrivals."""
+    """The independent open-loop sweep: rates start x sqrt(2)^k, each the whole trace at Poisson
+    arrivals, until SWEEP_BROKEN_IN_A_ROW rates in a row break; then SWEEP_BISECTIONS geometric
+    midpoints between the highest rate that held below them and the first of them, so the sweep's
+    goodput is within 2^(1/8) of the edge, not the grid's sqrt(2) (the checks' 1.5x would otherwise
+    be mostly the grid's)."""
     from llm_diagnose.diagnose.capacity.goodput import slo_judge
     from llm_diagnose.diagnose.tree.slo import SLO
     from llm_diagnose.probes.load import (
@@ -144,9 +151,10 @@ async def sweep(url: str, trace_path: Path, slo_text: list[str], start: float, o
     async with StreamingClient(url, "tiny-llama") as client:
         prompts, _ = await calibrate_prompts(client.session, url, "tiny-llama")
         with JsonlWriter(out / "sweep-requests.jsonl") as writer:
-            driver = Driver(client, BudgetGuard(ActiveBudget(len(trace) * SWEEP_MAX_RATES + 10, 3600)), writer)
-            rate, broken_in_a_row = start, 0
-            for k in range(SWEEP_MAX_RATES):
+            rates = SWEEP_MAX_RATES + SWEEP_BISECTIONS
+            driver = Driver(client, BudgetGuard(ActiveBudget(len(trace) * rates + 10, 3600)), writer)
+
+            async def trial(rate: float, k: int) -> bool | None:
                 records = await driver.run(
                     trace_workload(
                         trace, prompts, pacing=PoissonArrivals(rate, 0), name=f"sweep{k}", experiment="sweep"
@@ -155,23 +163,40 @@ async def sweep(url: str, trace_path: Path, slo_text: list[str], start: float, o
                 met, why = judge(records)
                 rows.append((rate, met, why))
                 print(f"  sweep {rate:.3g}/s: {'held' if met else 'broke'} ({why})", file=sys.stderr, flush=True)
-                broken_in_a_row = 0 if met else broken_in_a_row + 1
+                return met
+
+            rate, broken_in_a_row = start, 0
+            for k in range(SWEEP_MAX_RATES):
+                broken_in_a_row = 0 if await trial(rate, k) else broken_in_a_row + 1
                 if broken_in_a_row >= SWEEP_BROKEN_IN_A_ROW:
                     break
                 rate *= SWEEP_FACTOR
-    return sweep_goodput(rows), rows
+            held, edge = sweep_goodput(rows), sweep_edge(rows)
+            for k in range(SWEEP_BISECTIONS):
+                if held is None or edge is None:
+                    break
+                middle = math.sqrt(held * edge)
+                if await trial(middle, SWEEP_MAX_RATES + k):
+                    held = middle
+                else:
+                    edge = middle
+    return held, rows
+
+
+def sweep_edge(rows: list[tuple[float, bool | None, str]]) -> float | None:
+    """The first of SWEEP_BROKEN_IN_A_ROW rates in a row that broke (the grid's rows, rising); None if none did."""
+    for i in range(len(rows) - SWEEP_BROKEN_IN_A_ROW + 1):
+        if not any(met for _, met, _ in rows[i : i + SWEEP_BROKEN_IN_A_ROW]):
+            return rows[i][0]
+    return None
 
 
 def sweep_goodput(rows: list[tuple[float, bool | None, str]]) -> float | None:
-    """The highest rate that held below the first of SWEEP_BROKEN_IN_A_ROW rates in a row that broke
-    (the rates rising): one broken rate between two that held is a noisy moment of the host (a
-    server that meets the rates on both sides sustains the one between), not the server's edge."""
-    edge = math.inf
-    for i in range(len(rows) - SWEEP_BROKEN_IN_A_ROW + 1):
-        if not any(met for _, met, _ in rows[i : i + SWEEP_BROKEN_IN_A_ROW]):
-            edge = rows[i][0]
-            break
-    held = [r for r, met, _ in rows if met and r < edge]
+    """The highest rate that held below `sweep_edge` (the rates rising): one broken rate between two
+    that held is a noisy moment of the host (a server that meets the rates on both sides sustains
+    the one between), not the server's edge."""
+    edge = sweep_edge(rows)
+    held = [r for r, met, _ in rows if met and r < (math.inf if edge is None else edge)]
     return max(held) if held else None
 
 
@@ -212,11 +237,11 @@ def check_plans(
     evidence = work / "run"
     code = cli(["run", "--url", url, "--out", str(evidence), "--active", "--quiet"])
     if code not in (0, 4, 5):
-        raise SystemExit(f"run --active exited {code}")
+        raise RuntimeError(f"run --active exited {code} (its output above says why)")
     if slo is None or slo == ["auto"]:
         itl = batch1_itl(evidence)
         if itl is None:
-            raise SystemExit("--slo auto: the evidence has no decode.batch1_itl_p50_s; give --slo")
+            raise RuntimeError("--slo auto: the evidence has no decode.batch1_itl_p50_s; give --slo")
         slo = [f"itl:p50:{AUTO_ITL_FACTOR * itl * 1e3:.1f}ms", f"ttft:p90:{AUTO_TTFT_FACTOR * itl * 1e3:.0f}ms"]
     if sweep_start is None:
         lone = lone_request_s(evidence, prompt_tokens, output_tokens)
@@ -318,7 +343,10 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     model_dir = tiny_model.make_tiny_model(work / f"model-{args.size}", args.size)
     slo = args.slo or (list(ISSUE_SLO) if args.size == "bench-160m" else ["auto"])
-    with VllmServer(model_dir, work / "server", extra_args=args.server_arg, ready_timeout=900) as server:
+    # As the suite's servers (tests/conftest.py): the model inside the EngineCore process.
+    with VllmServer(
+        model_dir, work / "server", extra_args=args.server_arg, ready_timeout=900, model_in_engine_process=True
+    ) as server:
         results = check_plans(
             server.url,
             model_dir,

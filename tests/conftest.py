@@ -140,7 +140,8 @@ def vllm_server_factory(
     }
 
     def key_of(**flags: object) -> tuple[str, dict]:
-        flags = {**defaults, "model_dir": tiny_model_dir, **flags}
+        # model_in_engine_process: about 15 s less per start (VllmServer's docstring says why it is off by default).
+        flags = {**defaults, "model_dir": tiny_model_dir, "model_in_engine_process": True, **flags}
         flags["extra_args"] = tuple(flags["extra_args"])  # type: ignore[arg-type]
         return repr(sorted(flags.items())), flags
 

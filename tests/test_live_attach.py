@@ -688,7 +688,7 @@ class TestRealVllm:
 def test_server_stopped_mid_window(pressure_server, tmp_path):
     # Last in the module: it stops the module's server (stop() is idempotent for the teardown).
     # The harness's stop() ends the whole process group, not just the API server it started.
-    assert len(group_members(pressure_server.pid)) >= 2  # API server, EngineCore (the model runs inside it)
+    assert len(group_members(pressure_server.pid)) >= 3  # API server, EngineCore, Worker
     stopper = threading.Timer(2.0, pressure_server.stop)  # stop() blocks; run it beside the loop
     stopper.start()
     try:

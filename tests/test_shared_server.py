@@ -166,8 +166,45 @@ def test_tokens_generated_between_reads_that_each_show_nothing_in_flight_are_ano
     assert (load.requests, load.tokens_between, load.others_at_least, load.busy) == (0, 48.0, 1, True)
     item = load.evidence()["active.server_requests_at_start"]
     assert isinstance(item, Measurement) and item.value == 1.0
-    assert "48 tokens generated between the last reads" in item.note
+    assert "0 running, 0 waiting at both later reads, but 48 tokens generated between them" in item.note
     assert "at least 1 request(s)" in load.describe()
+
+
+def test_a_server_told_busy_by_its_tokens_alone_is_said_at_least_one_everywhere(monkeypatch, no_settle):
+    """The summary's first line and `plan --active --allow-busy-target`'s note, where no read showed a
+    request in flight but the engine generated tokens between the later reads."""
+    from llm_diagnose.diagnose.collect import busy_at_start_line
+
+    pages = (with_generated(IDLE_PAGE, 576), with_generated(IDLE_PAGE, 600), with_generated(IDLE_PAGE, 648))
+    with engine(pages[0], *pages) as (url, _):
+        load = _load(url)
+    line = busy_at_start_line(load.evidence())
+    assert line.startswith("SERVER ALREADY BUSY AT START: at least 1 request(s) of other clients ran just before"), line
+    assert "0 running, 0 waiting at both later reads, but 48 tokens generated between them" in line
+    assert load.evidence()["active.server_requests_at_start"].provenance.method == "prometheus-gauge+counter"
+    monkeypatch.setattr(load_at_start, "server_load_before_sending", lambda *a, **k: load)
+    note = plan_command._refuse_busy_target(argparse.Namespace(url=url, allow_busy_target=True))
+    assert "already serving at least 1 request(s) of other clients" in note, note
+
+
+def test_a_failed_first_read_does_not_hide_the_later_ones():
+    """A read that fails (a timeout on a starved host) is left out; the readable ones still decide."""
+    from llm_diagnose.probes.metrics.scrape_record import ScrapeRecord
+    from llm_diagnose.probes.metrics.scraper import scrape_once
+
+    async def read(url: str) -> ScrapeRecord:
+        async with make_session() as session:
+            record, _, _ = await scrape_once(session, url + "/metrics")
+            return record
+
+    with engine(vllm_page(3, 0)) as (url, _):
+        good = asyncio.run(read(url))
+    failed = ScrapeRecord(good.t_wall - 1, good.t_mono - 1, None, "timed out")
+    load = load_at_start.load_of_reads([failed, good, good], "shown")
+    assert (load.requests, load.busy, load.first_requests) == (3, True, 3.0)
+    alone = load_at_start.load_of_reads([failed, failed, good], "shown")  # one readable read: it stands
+    assert (alone.requests, alone.first_requests) == (3, None)
+    assert load_at_start.load_of_reads([failed, failed, failed], "shown").error == "timed out"
 
 
 def test_a_run_that_ended_just_before_is_not_another_client_even_if_its_last_step_generated_tokens():

@@ -5,13 +5,13 @@ beside other traffic.
 
 The server serves the recipe's "small" model (23 M random parameters, llm_diagnose/diagnose/demo/
 tiny_model.py) under vLLM's default scheduler limits (the session's small-model server, shared with
-test_small_model_live.py, which runs next): beside the other client's four streams it
-takes tens of ms per token on this 2-core host (the calibration's figure is asserted). The recipe's
-"slow" model (~162 M) took 115-130 ms per token there beside two to four streams, past what a 60 s
-budget can hold for every experiment (the run then skips the last ones and says what budget would
-hold them). The other client is four closed-loop streams from a thread of this test, running
-before the run starts (seen in flight on the server) and until it ends. One server, one run: the
-assertions share it.
+test_small_model_capacity_live.py and test_small_model_live.py, which run next): beside the other
+client's four streams it takes tens of ms per token on this 2-core host (the calibration's figure
+is asserted). The recipe's "slow" model (~162 M) took 115-130 ms per token there beside two to four
+streams, past what a 60 s budget can hold for every experiment (the run then skips the last ones
+and says what budget would hold them). The other client is four closed-loop streams from a thread
+of this test, running before the run starts (seen in flight on the server) and until it ends. One
+server, one run: the assertions share it.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def other_clients_request(i: int) -> dict:
 
 @pytest.fixture(scope="module")
 def slow_server(vllm_server_factory, small_model_dir):
-    """The session's small-model server (test_small_model_live.py, next, uses it too); nothing has
-    been sent to it before this module: no module before this one asks for it."""
+    """The session's small-model server (the two test_small_model_* modules, next, use it too);
+    nothing has been sent to it before this module: no module before this one asks for it."""
     return vllm_server_factory(**small_server_flags(small_model_dir))
 
 
@@ -73,12 +73,14 @@ def _events(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines() if line.strip()]
 
 
-# Calibrated at or below this, every experiment runs inside the default 60 s. Measured on this host: 30-32
-# ms per token ran all five as planned (the last ended at 48 s); 55 ms per token planned four (their caps
-# came to about 55 s) and they ended at 41 s, and the fifth, spec, sized again in the 19 s they left, ran
-# last (tests/test_experiments_leftover.py holds that re-sizing on a stand-in clock). Above the band the
-# test holds the run to saying what it left out, with a budget that would hold it.
-ALL_RUN_BELOW_S = 0.060
+# Calibrated at or below this, the plan itself holds every experiment in the default 60 s (measured:
+# 25-32 ms per token planned all five; the last ended at 48 s). The band depends on the calibration
+# alone, which fixes the plan. Above it the plan leaves the last ones out and sizes them again in what
+# the others left unused (tests/test_experiments_leftover.py holds that on a stand-in clock; one full
+# run here calibrated 55 ms and its four planned experiments ended at 41 s, leaving 19 s for spec's
+# floor of about 6 s), so whether they run then depends on how long the others took: the test holds
+# the run to running them or saying, with a budget that would hold them, that they did not run.
+ALL_FIT_BELOW_S = 0.035
 
 
 def test_every_experiment_finishes_inside_the_default_budget(busy_run):
@@ -90,10 +92,8 @@ def test_every_experiment_finishes_inside_the_default_budget(busy_run):
     left_out = resized[-1]["skipped"] if resized else sized["skipped"]
     calibration = folder.evidence.items.get(Q.CALIBRATION_ITL)
     assert isinstance(calibration, Measurement) and calibration.value >= SLOW_TOKEN_S, calibration
-    if sized["skipped"]:  # left out of the plan: sized again in what the others left unused
-        assert resized, [e.get("event") for e in events]
-    if calibration.value <= ALL_RUN_BELOW_S:
-        assert not left_out, (calibration.value, left_out)  # every experiment ran
+    if calibration.value <= ALL_FIT_BELOW_S:
+        assert not sized["skipped"], sized["skipped"]  # nothing sized out of the budget: every experiment ran
     for skipped in left_out:  # each says which budget would hold it, and it is over the default
         need = float(skipped["hint"].rsplit("at least ", 1)[1].split()[0])
         assert need > 60, skipped

@@ -10,8 +10,9 @@ free. The procedure is benchmarks/bench_capacity_slow.py's `check_plans` (the be
 with its defaults, an SLO set from that run's batch-1 gap (itl p50 at most 2.5x it, ttft p90 at most
 40x it: the issue's objective over its server's time per token), `plan`, `plan --active`, then the
 sweep (Poisson rates x sqrt(2) from about four lone requests in flight, until two rates in a row
-break). The bounds are the issue's: `plan` within 2x of the sweep, `plan --active` within 1.5x,
-neither above the engine's own ceiling. The run folders stay under the test's tmp_path.
+break, then two bisections between the last rate that held and the first that broke: the sweep's
+goodput is within 2^(1/8) of its edge). The bounds are the issue's: `plan` within 2x of the sweep,
+`plan --active` within 1.5x, neither above the engine's own ceiling. The run folders stay under the test's tmp_path.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def test_plans_agree_with_an_independent_sweep_on_a_server_of_tens_of_ms(
     said = json.dumps({k: results[k] for k in ("slo", "swept_goodput_rps", "sweep", "checks")}, default=str)
     itl = json.loads((tmp_path / "capacity" / "run" / "evidence.json").read_text())["items"]
     batch1 = itl["decode.batch1_itl_p50_s"]["value"]
-    assert batch1 >= 0.010, batch1  # tens of ms per token, not the tiny model's 2 ms
+    # The regime the test is about: 18-27 ms measured here, the tiny model 2 ms. A CPU three times as
+    # fast still passes; one where the small model decodes like the tiny one no longer tests a slow server.
+    assert batch1 >= 0.005, batch1
     assert results["swept_goodput_rps"] is not None, said  # a rate held
     assert any(row["met"] is False for row in results["sweep"]), said  # and one above it broke: the edge
     for name in ("plan", "plan --active"):

@@ -534,8 +534,9 @@ ACTIVE_REQUESTS_SENT = _q("active.requests_sent", "count", "requests the active 
 SERVER_REQUESTS_AT_START = _q(
     "active.server_requests_at_start",
     "count",
-    "requests running or waiting on the server (its own gauges) just before the active run sent anything: other "
-    "clients' requests, since none of the run's was in flight yet",
+    "requests running or waiting on the server (its own gauges, read 3 times over 1 s) just before the active run "
+    "sent anything: other clients' requests, since none of the run's was in flight yet; at least 1 where no read "
+    "showed one but the engine generated tokens between the later reads (the note says so)",
 )
 ACTIVE_FAILED_FRACTION = _q(
     "active.failed_request_fraction",

@@ -247,7 +247,7 @@ def _refuse_busy_target(args: argparse.Namespace) -> str:
         )
     print(escape_controls(f"llm-diagnose: warning: {load.describe()} (--allow-busy-target)"), file=sys.stderr)
     return (
-        f"the server was already serving {load.requests} request(s) of other clients when the search started "
+        f"the server was already serving {load.count_words()} of other clients when the search started "
         "(--allow-busy-target): the measured goodput is what was left beside them"
     )
 

@@ -239,8 +239,9 @@ def _will_send(args: argparse.Namespace, budget, plan_text: str) -> str:
 
 
 def _load_before_sending(args: argparse.Namespace):
-    """One read of the server's running and waiting requests before the first is sent; where it
-    already serves others, one line says so (the run goes on: its experiments are bounded)."""
+    """The server's running and waiting requests before the first is sent (read 3 times over 1 s,
+    load_at_start); where it already serves others, one line says so (the run goes on: its
+    experiments are bounded)."""
     from llm_diagnose.probes.metrics.load_at_start import server_load_before_sending
 
     load = server_load_before_sending(args.url, args.metrics_url)

@@ -262,12 +262,14 @@ class VllmServer(ServerProcess):
         extra_args: Sequence[str] = (),
         port: int | None = None,
         ready_timeout: float = 240.0,
+        model_in_engine_process: bool = False,
     ) -> None:
         super().__init__(model_dir, work_dir, extra_args=extra_args, port=port, ready_timeout=ready_timeout)
         self.max_model_len = max_model_len
         self.prefix_caching = prefix_caching
         self.model_name = served_model_name
         self.kv_cache_space_gib = kv_cache_space_gib
+        self.model_in_engine_process = model_in_engine_process
 
     def _program(self) -> list[str]:
         # `python -m`, not the `vllm` console script: that one fails because the
@@ -297,11 +299,15 @@ class VllmServer(ServerProcess):
         env = super()._env()
         # KV cache size in GiB (an integer; 1 is the practical minimum).
         env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE=str(self.kv_cache_space_gib))
-        # The model runs inside the EngineCore process (vLLM's "uni" executor, its default for one
-        # GPU), not in a third process as vLLM's CPU platform otherwise forces: each spawned process
-        # re-imports vLLM and torch, and this one saved about 15 s of a 62 s start on a 2-core host
-        # (48 s; the same requests took as long). The API server and the EngineCore stay apart.
-        env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if self.model_in_engine_process:
+            # The model runs inside the EngineCore process (vLLM's "uni" executor, its default for
+            # one GPU), not in a third process as vLLM's CPU platform otherwise forces: each spawned
+            # process re-imports vLLM and torch, and this one saved about 15 s of a 62 s start on a
+            # 2-core host (48 s; the same requests took as long). The API server and the EngineCore
+            # stay apart. Off by default (the demo): vLLM's CPU platform calls this mode unsupported,
+            # since the OMP thread binding it sets up for a worker process does not apply; on 2 cores
+            # that changed nothing measured, on a many-core host it may.
+            env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         return env
 
 

@@ -60,6 +60,7 @@ class ServerLoad:
     taken_at: str = ""
     first_requests: float | None = None  # the first read's count, where later reads settled it
     tokens_between: float = 0.0  # tokens the engine generated between the later reads (no request of the run's)
+    span_s: float = SETTLE_S  # from the first read to the last
 
     @property
     def requests(self) -> int | None:
@@ -86,19 +87,21 @@ class ServerLoad:
 
     def headline(self) -> str:
         """Who else the server serves: 'the server is already serving N request(s) of other clients (...)'."""
-        read = f", read {READS} times over {SETTLE_S:g} s" if self.first_requests is not None else ""
+        read = f", read {READS} times over {self.span_s:g} s" if self.first_requests is not None else ""
         return (
-            f"the server is already serving {self._at_least()}request(s) of other clients "
+            f"the server is already serving {self.count_words()} of other clients "
             f"({self._counts()}{self._between()}, {self.source}{read})"
         )
 
-    def _at_least(self) -> str:
-        return f"{self.others_at_least} " if (self.requests or 0) > 0 else f"at least {self.others_at_least} "
+    def count_words(self) -> str:
+        """'N request(s)', or 'at least 1 request(s)' where only the generated tokens tell it."""
+        at_least = "" if (self.requests or 0) > 0 else "at least "
+        return f"{at_least}{self.others_at_least} request(s)"
 
     def _between(self) -> str:
         if (self.requests or 0) > 0 or self.tokens_between <= 0:
             return ""
-        return f" at every read, but {self.tokens_between:.0f} tokens generated between the last reads"
+        return f" at both later reads, but {self.tokens_between:.0f} tokens generated between them"
 
     def describe(self) -> str:
         """One line: the server's load before sending, or why it is not known."""
@@ -120,11 +123,14 @@ class ServerLoad:
                 )
             }
         settled = (
-            f"; {self.first_requests:.0f} at a first read, the most of {READS - 1} later reads over {SETTLE_S:g} s kept"
+            f"; {self.first_requests:.0f} at a first read, the most of {READS - 1} later reads over "
+            f"{self.span_s:g} s kept"
             if self.first_requests is not None
             else ""
         )
         note = f"{self._counts()}{self._between()}, read from {self.series}{settled}"
+        if self.tokens_between > 0 and not (self.requests or 0):
+            prov = replace(prov, method="prometheus-gauge+counter")
         return {Q.SERVER_REQUESTS_AT_START: Measurement(float(self.others_at_least), "count", prov, note=note)}
 
 
@@ -177,29 +183,34 @@ async def read_server_load(
             await asyncio.sleep(span / (READS - 1))
         record, _, _ = await scrape_once(session, found.metrics_url)
         records.append(record)
-        if i == 0 and load_of_page(record, shown).requests is None:
-            break  # unreadable or no gauge: reading again says nothing more
-    return load_of_reads(records, shown)
+        if i == 0 and record.scrape is not None and load_of_page(record, shown).requests is None:
+            break  # a page with no running or waiting gauge: reading it again says nothing more
+    return replace(load_of_reads(records, shown), span_s=span)
 
 
 def load_of_reads(records: list[ScrapeRecord], shown: str) -> ServerLoad:
     """The load that reads of one page taken in turn show (see the module's docstring): the most
-    requests a read after the first shows, and the tokens generated between those reads; the first
-    read's where no later one could be read."""
+    requests a read after the first readable one shows, and the tokens generated between those
+    reads; the only readable read's where just one could be read (a read that failed is left out)."""
     from llm_diagnose.probes.metrics.engines import ENGINE_METRICS, Sel, detect_engine
     from llm_diagnose.probes.metrics.window import Window
 
-    first = load_of_page(records[0], shown)
-    later = [load for load in (load_of_page(r, shown) for r in records[1:]) if load.requests is not None]
-    if first.requests is None or not later:
-        return first
-    peak = max(later, key=lambda load: load.requests or 0)
-    readable = tuple(r for r in records[1:] if r.scrape is not None)
-    engine = detect_engine(readable[-1].scrape).engine if readable[-1].scrape is not None else None
-    window = Window(shown, readable)
+    loads = [(r, load_of_page(r, shown)) for r in records]
+    read = [(r, load) for r, load in loads if load.requests is not None]  # a failed read (a timeout) is left out
+    if len(read) < 2:
+        return read[0][1] if read else loads[0][1]
+    first, later = read[0][1], read[1:]
+    peak = max((load for _, load in later), key=lambda load: load.requests or 0)
+    pages = tuple(r for r, _ in later)
+    last = pages[-1].scrape
+    engine = detect_engine(last).engine if last is not None else None
+    window = Window(shown, pages)
     counter = window.resolve(ENGINE_METRICS.get(engine or "", {}).get("generation_tokens", ()))
-    tokens = window.counter(counter).total if isinstance(counter, Sel) and len(readable) >= 2 else 0.0
-    return replace(peak, first_requests=float(first.requests), tokens_between=tokens)
+    tokens = 0.0
+    if isinstance(counter, Sel) and len(pages) >= 2:
+        increase = window.counter(counter)
+        tokens = increase.total if not increase.resets else 0.0  # a restarted engine's counter tells nothing
+    return replace(peak, first_requests=float(first.requests or 0), tokens_between=tokens)
 
 
 def server_load_before_sending(base_url: str, metrics_url: str | None = None) -> ServerLoad:
