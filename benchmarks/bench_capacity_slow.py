@@ -22,8 +22,7 @@ Run by hand (it is no test: the suite must stay short on 2 cores). It:
    between two that held is a noisy moment of the host, not the edge), refined by two geometric
    bisections between it and the first of the two (resolution 2^(1/8), not the grid's sqrt(2));
 6. prints predicted (`plan`), measured (`plan --active`) and swept goodput, the engine's
-   ceiling, and the checks of the issue (`check_plans`, also run by
-   tests/test_small_model_capacity_live.py on the suite's small-model server): `plan` within
+   ceiling, and the checks of the issue (`check_plans`): `plan` within
    2x of the sweep, `plan --active` within 1.5x, neither above the ceiling. Exit 0 when all hold, 1 otherwise.
 
 The SLO is the issue's (ttft:p90:1s, itl:p50:60ms) for bench-160m, which made ~24 ms a token;

@@ -17,7 +17,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from llm_diagnose.diagnose.cli import main
@@ -242,6 +242,15 @@ def trace_files(draw) -> tuple[str, bytes]:
 
 @FUZZ
 @given(trace=trace_files(), strict=st.booleans(), as_json=st.booleans())
+@example(
+    trace=(
+        ".jsonl|auto",
+        b'{"prompt": "", "timestamp": 0.5}\n{"prompt": "", "timestamp": 0.0}\n'
+        b'{"prompt": "", "timestamp_ms": 1.8961503816218354e+157}\n',
+    ),
+    strict=False,
+    as_json=True,
+)  # found by this test in a full run: a timestamp beyond any time made the span infinite and --json raised
 def test_trace_answers_any_trace_file(trace, strict, as_json):
     suffix_fmt, raw = trace
     suffix, fmt = suffix_fmt.split("|")

@@ -5,7 +5,7 @@ beside other traffic.
 
 The server serves the recipe's "small" model (23 M random parameters, llm_diagnose/diagnose/demo/
 tiny_model.py) under vLLM's default scheduler limits (the session's small-model server, shared with
-test_small_model_capacity_live.py and test_small_model_live.py, which run next): beside the other
+test_small_model_live.py, which runs next): beside the other
 client's four streams it takes tens of ms per token on this 2-core host (the calibration's figure
 is asserted). The recipe's "slow" model (~162 M) took 115-130 ms per token there beside two to four
 streams, past what a 60 s budget can hold for every experiment (the run then skips the last ones
@@ -43,7 +43,7 @@ def other_clients_request(i: int) -> dict:
 
 @pytest.fixture(scope="module")
 def slow_server(vllm_server_factory, small_model_dir):
-    """The session's small-model server (the two test_small_model_* modules, next, use it too);
+    """The session's small-model server (test_small_model_live.py, next, uses it too);
     nothing has been sent to it before this module: no module before this one asks for it."""
     return vllm_server_factory(**small_server_flags(small_model_dir))
 

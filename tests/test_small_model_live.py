@@ -5,9 +5,8 @@ decodes in ~2 ms and prefills 1.6 k tokens in a few ms, so interference is invis
 (shared/notes/vllm-cpu.md); the small one shows it plainly. Each test sends a few seconds of
 traffic. The pure analysis functions are checked on hand-made records at the end.
 
-The module runs after test_slow_server_live.py and test_small_model_capacity_live.py (file names
-sort so), which serve the same small model with the same flags: the session's server factory
-starts it once for the three.
+The module runs right after test_slow_server_live.py (file names sort so), which serves the same
+small model with the same flags: the session's server factory starts it once for both.
 """
 
 from __future__ import annotations

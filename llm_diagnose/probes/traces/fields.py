@@ -45,10 +45,19 @@ def _int(value: Any, name: str) -> int:
     return int(f)
 
 
+_MAX_EPOCH_S = 1e11  # about the year 5100: beyond it a number is no time (a trace's spans and rates would overflow)
+
+
+def _in_time(seconds: float, name: str) -> float:
+    if abs(seconds) > _MAX_EPOCH_S:
+        raise BadRecord(f"field {name!r} is not a timestamp: a number beyond any time")
+    return seconds
+
+
 def _epoch_s(value: Any, name: str, *, unit_s: float | None = None) -> float:
     """A timestamp as seconds: numbers in s (ms/µs guessed by size unless unit_s), or ISO text."""
     if type(value) is int and unit_s is not None and abs(value) < 1 << 62:
-        return value * unit_s
+        return _in_time(value * unit_s, name)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             f = float(value)
@@ -57,9 +66,9 @@ def _epoch_s(value: Any, name: str, *, unit_s: float | None = None) -> float:
         if not math.isfinite(f):
             raise BadRecord(f"field {name!r} is not finite")
         if unit_s is not None:
-            return f * unit_s
+            return _in_time(f * unit_s, name)
         if f > 1e14:
-            return f / 1e6  # microseconds since the epoch
+            return _in_time(f / 1e6, name)  # microseconds since the epoch
         if f > 1e11:
             return f / 1e3  # milliseconds since the epoch
         return f
