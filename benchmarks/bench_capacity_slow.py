@@ -88,10 +88,19 @@ def cli(argv: list[str]) -> int:
     return cli_main(argv)
 
 
+def measured(folder: Path, key: str) -> float | None:
+    """A measured value of the run folder's evidence (through the project's run-folder reader); None where absent."""
+    from llm_diagnose.diagnose.runfolder import RunFolder
+    from llm_diagnose.probes.results import Measurement
+
+    evidence = RunFolder.load(folder).evidence
+    item = evidence.items.get(key) if evidence is not None else None
+    return float(item.value) if isinstance(item, Measurement) else None
+
+
 def batch1_itl(folder: Path) -> float | None:
-    item = json.loads((folder / "evidence.json").read_text())["items"].get("decode.batch1_itl_p50_s") or {}
-    v = item.get("value")
-    return float(v) if isinstance(v, (int, float)) and v > 0 else None
+    v = measured(folder, "decode.batch1_itl_p50_s")
+    return v if v is not None and v > 0 else None
 
 
 def slo_flags(slo: list[str]) -> list[str]:
@@ -202,10 +211,9 @@ def sweep_goodput(rows: list[tuple[float, bool | None, str]]) -> float | None:
 def lone_request_s(folder: Path, prompt_tokens: int, output_tokens: int) -> float | None:
     """One request of the trace's shape alone, from the evidence's calibration (its time per output
     token and per prompt token): the sweep starts where about two such requests are in flight."""
-    items = json.loads((folder / "evidence.json").read_text())["items"]
-    itl = (items.get("active.calibration_itl_s") or {}).get("value")
-    prefill = (items.get("active.calibration_prefill_s_per_token") or {}).get("value")
-    if not isinstance(itl, (int, float)) or not isinstance(prefill, (int, float)) or itl <= 0:
+    itl = measured(folder, "active.calibration_itl_s")
+    prefill = measured(folder, "active.calibration_prefill_s_per_token")
+    if itl is None or prefill is None or itl <= 0:
         return None
     return prompt_tokens * max(prefill, 0.0) + output_tokens * itl
 

@@ -70,6 +70,11 @@ class ServerLoad:
         return round((self.running or 0.0) + (self.waiting or 0.0))
 
     @property
+    def told_by_tokens_alone(self) -> bool:
+        """No read showed a request in flight, but the engine generated tokens between the later reads."""
+        return not (self.requests or 0) and self.tokens_between > 0
+
+    @property
     def others_at_least(self) -> int:
         """Other clients' requests: the gauges' count, or 1 where none was in flight at a read but the
         engine generated tokens between the later reads (a request ran between them)."""
@@ -95,11 +100,11 @@ class ServerLoad:
 
     def count_words(self) -> str:
         """'N request(s)', or 'at least 1 request(s)' where only the generated tokens tell it."""
-        at_least = "" if (self.requests or 0) > 0 else "at least "
+        at_least = "at least " if self.told_by_tokens_alone else ""
         return f"{at_least}{self.others_at_least} request(s)"
 
     def _between(self) -> str:
-        if (self.requests or 0) > 0 or self.tokens_between <= 0:
+        if not self.told_by_tokens_alone:
             return ""
         return f" at both later reads, but {self.tokens_between:.0f} tokens generated between them"
 
@@ -129,7 +134,7 @@ class ServerLoad:
             else ""
         )
         note = f"{self._counts()}{self._between()}, read from {self.series}{settled}"
-        if self.tokens_between > 0 and not (self.requests or 0):
+        if self.told_by_tokens_alone:
             prov = replace(prov, method="prometheus-gauge+counter")
         return {Q.SERVER_REQUESTS_AT_START: Measurement(float(self.others_at_least), "count", prov, note=note)}
 
