@@ -479,6 +479,7 @@ def _resize_left_out(
         tuple(name for name, *_ in skipped),
         spent_s=spent_s,
         spent_requests=guard.sent,
+        hints=False,  # the plan's hints stay (the docstring says why): no search on the budget's clock
         endpoint=plan.endpoint,
         target=plan.target,
         model=plan.model,

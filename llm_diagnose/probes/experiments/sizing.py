@@ -763,8 +763,12 @@ def size_experiments(
     target: str = "",
     model: str = "",
     provisional: bool = False,
+    hints: bool = True,
 ) -> ExperimentPlan:
     """The chosen experiments (in priority order) sized for this server and fitted into `budget`.
+
+    `hints`: give each left-out experiment the budget that would hold it (sizing again at larger
+    budgets: the costly part); False where the caller keeps hints of its own (the runner's re-size).
 
     `spent_requests` and `spent_s`: what the budget has already given. Before the experiments
     that is the POST /tokenize and the calibration request, and the seconds default to
@@ -797,7 +801,7 @@ def size_experiments(
     s, room_requests, room_s = rooms(budget)
     # 2. In priority order, what fits at its floor; what does not, with the budget that would let it run.
     kept, left_out = _keep(s, room_requests, room_s, names)
-    skipped = [(name, why, _least_budget(name, budget, fit_at)) for name, why in left_out]
+    skipped = [(name, why, _least_budget(name, budget, fit_at) if hints else "") for name, why in left_out]
 
     # 3. The largest common scale at which the rest fits (counts and times grow with it).
     def at(scale: float) -> list[StepPlan]:
