@@ -467,7 +467,7 @@ def _resize_left_out(
     order, and those that still do not.
 
     One still left out gets the second sizing's `why` (what was really left) and keeps the plan's
-    hint: the least budget whose plan holds it (found by sizing the plan again at larger budgets),
+    hint: the least budget from which every larger one holds it (sizing the plan again at larger budgets),
     which what the others happened to leave unused cannot make untrue. Each re-size goes to
     events.jsonl ('experiments-resized'); the first plan stays in 'experiments-sized'."""
     left_s, left_requests = guard.remaining_s, guard.remaining_requests  # read once: the sizes and the event agree
