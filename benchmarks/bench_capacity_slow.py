@@ -129,17 +129,17 @@ async def warm_up(url: str, trace_path: Path) -> None:
         driver = Driver(client, BudgetGuard(ActiveBudget(2 * len(items), 600)))
         for k in range(2):
             await driver.run(
-                trace_workload(items, prompts, pacing=ClosedLoop(4), name=f"warm{k}", experiment="warm-up")
+                trace_workload(
+                    items, prompts, pacing=ClosedLoop(4), name=f"warm{k}", experiment="warm-up", fresh_cache=True
+                )
             )
     print(f"  warmed up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
-async def sweep(url: str, trace_path: Path, slo_text: list[str], start: float, out: Path) -> tuple[float | None, list]:
-    """The independent open-loop sweep: rates start x sqrt(2)^k, each the whole trace at Poisson
-    arrivals, until SWEEP_BROKEN_IN_A_ROW rates in a row break; then SWEEP_BISECTIONS geometric
-    midpoints between the highest rate that held below them and the first of them, so the sweep's
-    goodput is within 2^(1/8) of the edge, not the grid's sqrt(2) (the checks' 1.5x would otherwise
-    be mostly the grid's)."""
+async def _with_trials(url: str, trace_path: Path, slo_text: list[str], out: Path, trials: int, body) -> None:
+    """One client session for `body(trial)`: `await trial(rate, k)` sends the whole trace once at
+    Poisson arrivals of `rate` (the same draws for every trial, as plan --active's) and returns
+    whether the SLO held; every request is written to out/sweep-requests.jsonl."""
     from llm_diagnose.diagnose.capacity.goodput import slo_judge
     from llm_diagnose.diagnose.tree.slo import SLO
     from llm_diagnose.probes.load import (
@@ -155,40 +155,86 @@ async def sweep(url: str, trace_path: Path, slo_text: list[str], start: float, o
 
     judge = slo_judge(SLO.from_flags(slo_text, interactive=True))
     trace = load_trace(trace_path)
-    rows: list[tuple[float, bool | None, str]] = []
     async with StreamingClient(url, "tiny-llama") as client:
         prompts, _ = await calibrate_prompts(client.session, url, "tiny-llama")
         with JsonlWriter(out / "sweep-requests.jsonl") as writer:
-            rates = SWEEP_MAX_RATES + SWEEP_BISECTIONS
-            driver = Driver(client, BudgetGuard(ActiveBudget(len(trace) * rates + 10, 3600)), writer)
+            driver = Driver(client, BudgetGuard(ActiveBudget(len(trace) * trials + 10, 3600)), writer)
 
-            async def trial(rate: float, k: int) -> bool | None:
+            async def trial(rate: float, k: int) -> tuple[bool | None, str]:
                 records = await driver.run(
                     trace_workload(
-                        trace, prompts, pacing=PoissonArrivals(rate, 0), name=f"sweep{k}", experiment="sweep"
+                        trace,
+                        prompts,
+                        pacing=PoissonArrivals(rate, 0),
+                        name=f"sweep{k}",
+                        experiment="sweep",
+                        fresh_cache=True,  # as plan --active's trials: no trial finds another's prompts cached
                     )
                 )
                 met, why = judge(records)
-                rows.append((rate, met, why))
-                print(f"  sweep {rate:.3g}/s: {'held' if met else 'broke'} ({why})", file=sys.stderr, flush=True)
-                return met
+                print(f"  trial {rate:.3g}/s: {'held' if met else 'broke'} ({why})", file=sys.stderr, flush=True)
+                return met, why
 
-            rate, broken_in_a_row = start, 0
-            for k in range(SWEEP_MAX_RATES):
-                broken_in_a_row = 0 if await trial(rate, k) else broken_in_a_row + 1
-                if broken_in_a_row >= SWEEP_BROKEN_IN_A_ROW:
-                    break
-                rate *= SWEEP_FACTOR
-            held, edge = sweep_goodput(rows), sweep_edge(rows)
-            for k in range(SWEEP_BISECTIONS):
-                if held is None or edge is None:
-                    break
-                middle = math.sqrt(held * edge)
-                if await trial(middle, SWEEP_MAX_RATES + k):
-                    held = middle
-                else:
-                    edge = middle
+            await body(trial)
+
+
+async def sweep(url: str, trace_path: Path, slo_text: list[str], start: float, out: Path) -> tuple[float | None, list]:
+    """The independent open-loop sweep: rates start x sqrt(2)^k, each the whole trace at Poisson
+    arrivals, until SWEEP_BROKEN_IN_A_ROW rates in a row break; then SWEEP_BISECTIONS geometric
+    midpoints between the highest rate that held below them and the first of them, so the sweep's
+    goodput is within 2^(1/8) of the edge, not the grid's sqrt(2) (the checks' 1.5x would otherwise
+    be mostly the grid's)."""
+    rows: list[tuple[float, bool | None, str]] = []
+    held: float | None = None
+
+    async def body(trial) -> None:
+        nonlocal held
+        rate, broken_in_a_row = start, 0
+        for k in range(SWEEP_MAX_RATES):
+            met, why = await trial(rate, k)
+            rows.append((rate, met, why))
+            broken_in_a_row = 0 if met else broken_in_a_row + 1
+            if broken_in_a_row >= SWEEP_BROKEN_IN_A_ROW:
+                break
+            rate *= SWEEP_FACTOR
+        held, edge = sweep_goodput(rows), sweep_edge(rows)
+        for k in range(SWEEP_BISECTIONS):
+            if held is None or edge is None:
+                break
+            middle = math.sqrt(held * edge)
+            met, why = await trial(middle, SWEEP_MAX_RATES + k)
+            rows.append((middle, met, why))
+            if met:
+                held = middle
+            else:
+                edge = middle
+
+    await _with_trials(url, trace_path, slo_text, out, SWEEP_MAX_RATES + SWEEP_BISECTIONS, body)
     return held, rows
+
+
+async def brackets(url: str, trace_path: Path, slo_text: list[str], answers: dict, out: Path) -> dict:
+    """For each answer (name -> (goodput, bound)): one trial at goodput / bound, which must hold, and
+    one at goodput x bound, which must break. Both hold exactly when the goodput a sweep would find
+    lies within `bound` of the answer (the SLO's verdict rises with the rate), in four trials instead
+    of a sweep's nine. Trials alternate low and high, so a slow spell of the host falls on both
+    sides instead of on the rates of one end of a rising sweep."""
+    out_rows: dict = {}
+
+    async def body(trial) -> None:
+        for k, (name, (goodput, bound)) in enumerate(answers.items()):
+            if goodput is None:
+                out_rows[name] = None
+                continue
+            low_met, low_why = await trial(goodput / bound, 2 * k)
+            high_met, high_why = await trial(goodput * bound, 2 * k + 1)
+            out_rows[name] = {
+                "below": {"rate_rps": goodput / bound, "met": low_met, "detail": low_why},
+                "above": {"rate_rps": goodput * bound, "met": high_met, "detail": high_why},
+            }
+
+    await _with_trials(url, trace_path, slo_text, out, 2 * len(answers), body)
+    return out_rows
 
 
 def sweep_edge(rows: list[tuple[float, bool | None, str]]) -> float | None:
@@ -232,11 +278,13 @@ def check_plans(
     sweep_lone_requests: float = 2.0,
     budget_requests: int = 600,
     budget_seconds: float = 900.0,
+    verify: str = "sweep",
 ) -> dict:
     """Steps 3-6 of the module's docstring against the server at `url`, serving `model_dir`: the
     numbers and the checks (`ok`). `slo` None: 'auto'. `sweep_start` None: `sweep_lone_requests`
     lone requests' worth of rate (that many / the lone request's time, from the evidence's
-    calibration), else 0.5/s."""
+    calibration), else 0.5/s. `verify` "bracket": instead of the sweep, `brackets` (two trials per
+    answer, at it / its bound and x its bound)."""
     work.mkdir(parents=True, exist_ok=True)
     trace = write_trace(work / "trace.jsonl", requests, prompt_tokens, output_tokens, model_dir, lengths=lengths)
     t0 = time.monotonic()
@@ -260,16 +308,22 @@ def check_plans(
          "--budget-seconds", str(budget_seconds), "--trial-requests", str(requests)],
         work / "plan-active",
     )  # fmt: skip
-    swept, rows = asyncio.run(sweep(url, trace, slo, sweep_start, work))
-    wall = time.monotonic() - t0
-
     p, m = predicted["scenarios"][0], measured["scenarios"][0]
+    answers = {name: (s["goodput_per_replica_rps"], CHECKS[name]) for name, s in (("plan", p), ("plan --active", m))}
+    swept, rows, bracketed = None, [], {}
+    if verify == "bracket":
+        bracketed = asyncio.run(brackets(url, trace, slo, answers, work))
+    else:
+        swept, rows = asyncio.run(sweep(url, trace, slo, sweep_start, work))
+    wall = time.monotonic() - t0
     ceiling = p.get("ceiling_rps") or math.inf
     results: dict = {
         "slo": slo,
         "requests": requests,
         "swept_goodput_rps": swept,
         "sweep": [{"rate_rps": r, "met": met, "detail": why} for r, met, why in rows],
+        "verify": verify,
+        "brackets": bracketed,
         "plan": {
             "goodput_rps": p["goodput_per_replica_rps"],
             "bound": p["bound"],
@@ -294,7 +348,11 @@ def check_plans(
     for name, s in (("plan", p), ("plan --active", m)):
         g = s["goodput_per_replica_rps"]
         ratio = None if g is None or not swept else g / swept
-        within = ratio is not None and 1 / CHECKS[name] <= ratio <= CHECKS[name]
+        if verify == "bracket":
+            b = bracketed.get(name)
+            within = b is not None and b["below"]["met"] is True and b["above"]["met"] is False
+        else:
+            within = ratio is not None and 1 / CHECKS[name] <= ratio <= CHECKS[name]
         below_ceiling = g is None or g <= ceiling * (1 + 1e-9)
         ok &= within and below_ceiling
         results["checks"][name] = {"ratio": ratio, "within": within, "below_ceiling": below_ceiling}
@@ -308,7 +366,10 @@ def print_results(results: dict, size: str) -> None:
         f"\nCapacity on a real vLLM CPU server ({size}), SLO {', '.join(results['slo'])}, "
         f"{results['requests']} requests:"
     )
-    print(f"  independent sweep: {swept if swept is None else f'{swept:.3g}'} requests/s")
+    if results.get("verify") == "bracket":
+        print("  checked by two trials per answer (held at it / its bound, broke at x its bound)")
+    else:
+        print(f"  independent sweep: {swept if swept is None else f'{swept:.3g}'} requests/s")
     print(f"  engine ceiling: {results['plan'].get('ceiling') or '-'}")
     for name in ("plan", "plan --active"):
         s, c = results[name], results["checks"][name]
@@ -339,6 +400,12 @@ def main() -> int:
     ap.add_argument(
         "--sweep-start", type=float, help="the sweep's first rate (default: 2 / a lone request's time, from the run)"
     )
+    ap.add_argument(
+        "--verify",
+        choices=["sweep", "bracket"],
+        default="sweep",
+        help="the independent measure: a sweep (default), or two trials per answer (the suite test's)",
+    )
     ap.add_argument("--budget-requests", type=int, default=600, help="plan --active's budget (600)")
     ap.add_argument("--budget-seconds", type=float, default=900.0, help="plan --active's budget (900 s)")
     ap.add_argument("--server-arg", action="append", default=[], help="extra vLLM flag (repeatable)")
@@ -366,6 +433,7 @@ def main() -> int:
             sweep_start=args.sweep_start,
             budget_requests=args.budget_requests,
             budget_seconds=args.budget_seconds,
+            verify=args.verify,
         )
     results["size"] = args.size
     print_results(results, args.size)

@@ -7,6 +7,7 @@ mandatory in CI, and a skip would hide a broken install.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 import shutil
@@ -110,6 +111,16 @@ def small_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = os.environ.get("LLMD_CACHE_DIR")
     root = Path(cache) if cache else tmp_path_factory.mktemp("models")
     return make_tiny_model(root / f"small-llama-r{RECIPE_VERSION}", size="small")
+
+
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module: the benchmarks are scripts, not a package."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def small_server_flags(small_model_dir: Path) -> dict:

@@ -82,7 +82,10 @@ def test_the_search_never_goes_above_the_engine_ceiling_and_says_so():
     ceiling = engine_ceiling(ITEMS[: search.goodput.requests], MODEL, LIMITS)
     assert search.goodput.max_rps == pytest.approx(ceiling.rps)
     assert any("never goes above the engine's ceiling" in n for n in search.notes)
-    assert search.goodput.workload == f"the trace's first {search.goodput.requests} requests"
+    assert (
+        search.goodput.workload
+        == f"the trace's first {search.goodput.requests} requests, behind a salt of each trial's own"
+    )
 
 
 def test_the_search_leaves_post_tokenize_its_slot_of_the_budget():
@@ -231,3 +234,19 @@ def test_plan_active_reports_the_measured_goodput_and_the_models_error_at_it(mon
     # Fitted on the regime the plan runs in: the trials held more sequences than the evidence's 8.
     assert plan["model"]["fitted_range"]["max_sequences"] > 8
     assert f"at {live_search.goodput_rps:.3g}/s" in plan["model_error_at_plan"]
+
+
+def test_a_trials_prefix_blocks_are_its_own_as_its_salt_makes_them_on_the_server():
+    # Every trial's prompts start with the trial's salt (trace_workload's fresh_cache): the
+    # replay of the trials for the fit shares blocks within a trial, never across two.
+    items = [SimRequest(0.0, 64, 4, ("a", "b")), SimRequest(0.0, 64, 4, ("a", "c"))]
+    (record,) = _records_from(simulate(items[:1], MODEL, LIMITS))
+    blocks_of = live._blocks_of(items)
+
+    def of(request_id: str, experiment: str = live.TRIAL_PREFIX) -> tuple:
+        return blocks_of(replace(record, request_id=request_id, experiment=experiment))
+
+    assert of("goodput0-0")[0] == of("goodput0-1")[0]  # the trace's shared block, within one trial
+    assert of("goodput0-0")[1] != of("goodput0-1")[1]
+    assert not set(of("goodput0-0")) & set(of("goodput1-0"))  # nothing across trials
+    assert of("decode-0", "decode") == ()  # the evidence's own requests index no trace

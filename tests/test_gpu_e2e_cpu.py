@@ -8,7 +8,6 @@ runs this one. It starts a real server, so it is marked real_engine.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,16 +16,13 @@ from pathlib import Path
 import pytest
 
 from llm_diagnose.diagnose.tree.diagnosis import HEADLINE_KINDS
+from tests.conftest import load_benchmark
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_e2e.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("gpu_e2e", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_e2e")
 
 
 def test_the_padded_vocabulary_decodes_every_id_a_bigger_head_can_emit(tmp_path: Path) -> None:

@@ -667,6 +667,29 @@ def test_replay_of_lengths_text_and_token_ids(tmp_path):
     assert clipped.specs[1].tag == "clipped" and len(clipped.specs[1].prompt) + clipped.specs[1].max_tokens <= 400
 
 
+def test_fresh_cache_salts_every_prompt_of_a_workload_alike_and_each_workload_anew(tmp_path):
+    # A goodput search sends the same trace in every trial; without a salt the server's prefix
+    # cache served the second trial 63% of its prompt tokens (vllm:prefix_cache_hits_total).
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [{"prompt": "the same system prompt then a question", "output_length": 3}]
+    rows += [{"prompt": "another text", "output_length": 3}, {"prompt_token_ids": [5, 6, 7, 8], "output_length": 2}]
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace = load_trace(prompts)
+    plain = trace_workload(trace, EXACT, pacing=ClosedLoop(1))
+    assert [s.prompt for s in plain.specs][0] == rows[0]["prompt"]  # off by default: a replay sends the trace as it is
+    one, two = (trace_workload(trace, EXACT, pacing=ClosedLoop(1), fresh_cache=True).specs for _ in range(2))
+    for specs in (one, two):
+        a, b, ids = specs
+        salt = a.prompt.split("\n")[0]
+        assert a.prompt == f"{salt}\n{rows[0]['prompt']}" and b.prompt.startswith(salt + "\n")  # one salt a workload
+        assert ids.prompt[NONCE_TOKENS:] == (5, 6, 7, 8) and len(ids.prompt) == 4 + NONCE_TOKENS
+        assert ids.planned_prompt_tokens == 4 + NONCE_TOKENS
+    assert one[0].prompt.split("\n")[0] != two[0].prompt.split("\n")[0]  # each workload anew
+    assert one[2].prompt[:NONCE_TOKENS] != two[2].prompt[:NONCE_TOKENS]
+    without_pool = trace_workload(trace, PromptMaker(), pacing=ClosedLoop(1), fresh_cache=True).specs[2].prompt
+    assert set(without_pool[:NONCE_TOKENS]) <= {5, 6, 7, 8}  # ids of the trace's own where the maker knows none
+
+
 # --- plan ---------------------------------------------------------------------------------------------------
 def test_plan_fits_the_budget_and_says_what_it_will_send():
     plan = plan_experiments(

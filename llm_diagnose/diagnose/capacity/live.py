@@ -38,7 +38,7 @@ from llm_diagnose.diagnose.capacity.fit import MIN_REQUESTS, fit_step_model
 from llm_diagnose.diagnose.capacity.goodput import predict_ramp, slo_judge, values_from_records
 from llm_diagnose.diagnose.capacity.inputs import split_groups
 from llm_diagnose.diagnose.capacity.measured import MeasuredGoodput
-from llm_diagnose.diagnose.capacity.model import ModelError, StepModel
+from llm_diagnose.diagnose.capacity.model import ModelError, StepModel, group_name
 from llm_diagnose.diagnose.capacity.simulate import EngineLimits, SimRequest, simulate
 from llm_diagnose.diagnose.capacity.validate import ModelValidation, validate_model
 from llm_diagnose.diagnose.errors import TargetError, UsageError
@@ -232,7 +232,7 @@ def plan_live_search(
         notes.append(f"the search never goes above the engine's ceiling for a trial's requests, {ceiling.describe()}")
     # The budget may have cut the trial's size: every use below (what is sent, what is
     # predicted, what is said) takes the planned size, so the two sides run the same requests.
-    gplan = replace(gplan, workload=f"the trace's first {gplan.requests} requests")
+    gplan = replace(gplan, workload=f"the trace's first {gplan.requests} requests, behind a salt of each trial's own")
     return LiveSearchPlan(
         gplan, budget, tuple(trace), tuple(items), limits, slo, model, tuple(records), tuple(notes), ceiling
     )
@@ -368,17 +368,23 @@ async def _measure(url: str, base: str, plan: LiveSearchPlan, requests_out: Path
                     pacing=PoissonArrivals(rate, gplan.seed),
                     name=f"{TRIAL_PREFIX}{i}",
                     experiment=TRIAL_PREFIX,
+                    fresh_cache=True,  # a trial does not find the last one's prompts in the prefix cache
                 ),
                 slo_judge(plan.slo),
             )
 
 
 def _blocks_of(items: Sequence[SimRequest]) -> Callable[[RequestRecord], tuple]:
-    """A trial record's prefix blocks: its request id ends with its index in the trace. Other
-    records (the evidence's experiments) have none: their ids do not index the trace."""
+    """A trial record's prefix blocks: its request id ends with its index in the trace, and its
+    trial's salt leads every prompt (trace_workload's fresh_cache), so blocks are shared within a
+    trial and never across: keyed by the trial too. Other records (the evidence's experiments)
+    have none: their ids do not index the trace."""
 
     def blocks(record: RequestRecord) -> tuple:
         i = _index_of(record)
-        return items[i].blocks if i is not None and 0 <= i < len(items) else ()
+        if i is None or not 0 <= i < len(items):
+            return ()
+        trial = group_name(record)
+        return tuple((trial, key) for key in items[i].blocks)
 
     return blocks

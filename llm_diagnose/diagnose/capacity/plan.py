@@ -19,10 +19,12 @@ from dataclasses import dataclass, replace
 
 from llm_diagnose.diagnose.capacity.bounded import BoundedGoodput, clip_to_ceiling, predict_bounded
 from llm_diagnose.diagnose.capacity.ceiling import Ceiling, engine_ceiling
+from llm_diagnose.diagnose.capacity.goodput import at_rate
 from llm_diagnose.diagnose.capacity.measured import MeasuredGoodput, live_contradiction
 from llm_diagnose.diagnose.capacity.model import StepModel
 from llm_diagnose.diagnose.capacity.regime import model_error_for_widening
-from llm_diagnose.diagnose.capacity.simulate import EngineLimits, SimRequest
+from llm_diagnose.diagnose.capacity.simulate import EngineLimits, SimRequest, simulate
+from llm_diagnose.diagnose.capacity.trial_size import one_batch_note
 from llm_diagnose.diagnose.capacity.validate import ModelValidation
 from llm_diagnose.diagnose.tree.slo import SLO
 
@@ -83,6 +85,7 @@ class Scenario:
     goodput_high_rps: float | None = None  # beyond the fitted range: the band's high end (the fitted model's)
     replicas_at_low: int | None = None  # replicas if the band's low end holds
     operating_point: dict | None = None  # the regime at the goodput (sequences and tokens in a step, the rate)
+    one_batch: bool = False  # the trial at the goodput is about one batch, not a stream (capacity.trial_size)
 
     def to_dict(self) -> dict:
         return {
@@ -104,6 +107,7 @@ class Scenario:
             "goodput_high_rps": self.goodput_high_rps,
             "replicas_at_low": self.replicas_at_low,
             "operating_point": self.operating_point,
+            "one_batch": self.one_batch,
         }
 
 
@@ -200,8 +204,11 @@ def _ceiling_words(ceiling: Ceiling) -> str:
     )
 
 
-def _modelled(name: str, technique: str | None, g: BoundedGoodput, target: float, tp: int, note: str) -> Scenario:
-    """A scenario from the model: bounded by the ceiling, and marked where it extrapolates."""
+def _modelled(
+    name: str, technique: str | None, g: BoundedGoodput, target: float, tp: int, note: str, requests: int
+) -> Scenario:
+    """A scenario from the model: bounded by the ceiling, marked where it extrapolates, and
+    where its trial of `requests` is one batch rather than a stream (capacity.trial_size)."""
     extra: dict = {"source": "model", "ceiling": g.ceiling, "clipped": g.clipped}
     if g.clipped:
         note += "; the fitted model met the SLO at the ceiling, so its goodput is the ceiling ("
@@ -209,6 +216,10 @@ def _modelled(name: str, technique: str | None, g: BoundedGoodput, target: float
     regime = g.regime
     if regime is not None:
         extra["operating_point"] = regime.point.to_dict()
+        batch = one_batch_note(regime.point.sequences, requests)
+        if batch is not None:
+            note += "; " + batch
+            extra["one_batch"] = True
     if regime is not None and regime.extrapolated:
         low = "below the search's low end" if g.low_rps is None else f"{g.low_rps:.3g}/s"
         high = "none in range" if g.central_rps is None else f"{g.central_rps:.3g}/s"
@@ -232,20 +243,36 @@ def _modelled(name: str, technique: str | None, g: BoundedGoodput, target: float
     return _counted(name, technique, g.goodput_rps, g.bound, target, tp, note, **extra)
 
 
-def _measured(m: MeasuredGoodput, ceiling: Ceiling, target: float, tp: int, note: str) -> Scenario:
-    """Today from the live search: the measured goodput, never above the engine's ceiling."""
+def _measured(
+    m: MeasuredGoodput, ceiling: Ceiling, target: float, tp: int, note: str, sequences: int | None
+) -> Scenario:
+    """Today from the live search: the measured goodput, never above the engine's ceiling;
+    `sequences`: the most in one step of the model's replay of the trial at that goodput."""
     goodput, clipped = clip_to_ceiling(m.search.goodput_rps, ceiling)
     note += (
         f"; measured live: {len(m.search.trials)} trials of the workload's first {m.requests} requests"
         + (f", from {m.start_source}" if m.start_source else "")
         + f"; {m.error_words()}"
     )
+    batch = None if sequences is None else one_batch_note(sequences, m.requests)
+    if batch is not None:
+        note += "; in the model's replay of the trial, " + batch
     if clipped:
         note += "; the server met the SLO above the ceiling in a short trial, so the goodput is the ceiling ("
         note += _ceiling_words(ceiling) + ")"
     bound = "ceiling" if clipped else m.search.bound
     return _counted(
-        "today", None, goodput, bound, target, tp, note, source="measured", ceiling=ceiling, clipped=clipped
+        "today",
+        None,
+        goodput,
+        bound,
+        target,
+        tp,
+        note,
+        source="measured",
+        ceiling=ceiling,
+        clipped=clipped,
+        one_batch=batch is not None,
     )
 
 
@@ -304,7 +331,12 @@ def plan_capacity(
     extra_notes = list(notes)
     error_at_plan = ""
     if measured is not None:
-        today = _measured(measured, engine_ceiling(items, model, limits), target_rps, tensor_parallel, today_note)
+        g = measured.search.goodput_rps
+        trial = items[: measured.requests]
+        sequences = None if not g or not trial else simulate(at_rate(trial, g, seed), model, limits).max_running
+        today = _measured(
+            measured, engine_ceiling(items, model, limits), target_rps, tensor_parallel, today_note, sequences
+        )
         contradicted = live_contradiction(measured)
         if contradicted is not None:
             extra_notes.append(
@@ -317,7 +349,7 @@ def plan_capacity(
         error_at_plan = measured.error_words()
     else:
         bounded = predict(items, limits)
-        today = _modelled("today", None, bounded, target_rps, tensor_parallel, today_note)
+        today = _modelled("today", None, bounded, target_rps, tensor_parallel, today_note, len(items))
         if validation is not None and bounded.regime is not None:
             error_at_plan = f"model error {validation.describe_at(bounded.regime.point.sequences)}"
     scenarios = [today]
@@ -349,6 +381,7 @@ def plan_capacity(
                     target_rps,
                     tensor_parallel,
                     why + "; step time per computed token unchanged",
+                    len(its),
                 )
             )
         elif technique == "quantization":
@@ -366,6 +399,7 @@ def plan_capacity(
                     f"fp8 KV cache: {KV_QUANT_CAPACITY_FACTOR:g}x the KV tokens ({more.kv_capacity_tokens:,}) in "
                     "the same memory; step time unchanged (dequantization not modelled); gains only where KV "
                     "capacity binds",
+                    len(items),
                 )
             )
         else:

@@ -10,6 +10,13 @@ This module decides what to send for each request:
   carries a per-run salt, so nothing is shared with an earlier run's cache;
 - for lengths only, a random body of the stated length.
 
+With `fresh_cache`, every prompt of the workload starts with one salt drawn for it: requests of
+the workload still share the prefixes the trace gives them, and nothing of an earlier workload
+(an earlier trial of a goodput search, the same 32 prompts sent again) is in the prefix cache.
+Without it a server with prefix caching served 63% of a 200-token trace's prompt tokens from
+the cache from the second trial on (vllm:prefix_cache_hits_total against _queries_total), so a
+search measured a cheaper workload than the trace's.
+
 Arrivals: the trace's own times (optionally sped up), or any Pacing (a rate, a concurrency).
 """
 
@@ -19,7 +26,7 @@ import random
 from pathlib import Path
 
 from llm_diagnose.probes.load.pacing import Pacing, TraceArrivals
-from llm_diagnose.probes.load.prompts import Prompt, PromptMaker
+from llm_diagnose.probes.load.prompts import NONCE_TOKENS, Prompt, PromptMaker
 from llm_diagnose.probes.load.records import Endpoint, RequestSpec
 from llm_diagnose.probes.load.workloads import Workload
 from llm_diagnose.probes.traces.readers import HASH_ID_BLOCK_TOKENS as MOONCAKE_BLOCK_TOKENS  # 512 tokens per hash id
@@ -29,6 +36,7 @@ from llm_diagnose.probes.traces.records import LineLog, TraceRequest
 __all__ = ["load_trace", "trace_workload", "MOONCAKE_BLOCK_TOKENS", "DEFAULT_OUTPUT_TOKENS"]
 
 DEFAULT_OUTPUT_TOKENS = 128  # for a trace that gives no output length
+_ENTROPY = random.SystemRandom()
 
 
 def load_trace(
@@ -77,14 +85,18 @@ def trace_workload(
     max_model_len: int | None = None,
     name: str = "replay",
     experiment: str = "replay",
+    fresh_cache: bool = False,
 ) -> Workload:
     """RequestSpecs for a trace. `pacing=None` replays at the trace's own times, `speedup` x faster.
 
     `trace` comes from `load_trace`. Lengths are clipped so
-    prompt + output fits `max_model_len` (a clipped request is tagged "clipped").
+    prompt + output fits `max_model_len` (a clipped request is tagged "clipped"). `fresh_cache`:
+    every prompt starts with this workload's salt (the module docstring).
     """
     salt = run_salt if run_salt is not None else f"{random.getrandbits(64):016x}"
     rng = random.Random(salt)
+    text_salt = prompts.nonce("chat") if fresh_cache else None
+    id_salt: tuple[int, ...] | None = None
     specs = []
     for i, r in enumerate(trace):
         n_out = max(1, r.output_tokens or DEFAULT_OUTPUT_TOKENS)
@@ -98,7 +110,18 @@ def trace_workload(
             prompt = _mooncake_prompt(prompts, r, salt, endpoint)
         else:
             prompt = prompts.body(max(1, r.input_tokens or 1), rng, endpoint)
+        if fresh_cache and isinstance(prompt, tuple) and prompt:
+            # The maker's salt where it knows the model's tokens, else ids of the trace's own (valid
+            # for the model); from the OS's entropy, as every salt (PromptMaker.nonce says why).
+            if id_salt is None:
+                nonce = prompts.nonce("completions")
+                id_salt = nonce if isinstance(nonce, tuple) else tuple(_ENTROPY.choices(prompt, k=NONCE_TOKENS))
+            prompt = id_salt + prompt
+        elif fresh_cache and isinstance(prompt, str) and text_salt:
+            prompt = prompts.join(str(text_salt), prompt)
         n_in = len(prompt) if isinstance(prompt, tuple) else r.input_tokens
+        if fresh_cache and isinstance(prompt, str) and n_in is not None:
+            n_in += NONCE_TOKENS  # about: the server's usage says exactly
         tag = ""
         if max_model_len is not None and n_in is not None and n_in + n_out > max_model_len:
             tag = "clipped"
