@@ -136,10 +136,14 @@ async def warm_up(url: str, trace_path: Path) -> None:
     print(f"  warmed up in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
+CHECK_SEED = 1  # the check's Poisson draws: plan --active's trials use seed 0, the check must not replay them
+
+
 async def _with_trials(url: str, trace_path: Path, slo_text: list[str], out: Path, trials: int, body) -> None:
     """One client session for `body(trial)`: `await trial(rate, k)` sends the whole trace once at
-    Poisson arrivals of `rate` (the same draws for every trial, as plan --active's) and returns
-    whether the SLO held; every request is written to out/sweep-requests.jsonl."""
+    Poisson arrivals of `rate` (the same draws, CHECK_SEED's, for every trial: not plan --active's,
+    so the check does not re-run the search's own trials) and returns whether the SLO held; every
+    request is written to out/sweep-requests.jsonl."""
     from llm_diagnose.diagnose.capacity.goodput import slo_judge
     from llm_diagnose.diagnose.tree.slo import SLO
     from llm_diagnose.probes.load import (
@@ -165,14 +169,15 @@ async def _with_trials(url: str, trace_path: Path, slo_text: list[str], out: Pat
                     trace_workload(
                         trace,
                         prompts,
-                        pacing=PoissonArrivals(rate, 0),
+                        pacing=PoissonArrivals(rate, CHECK_SEED),
                         name=f"sweep{k}",
                         experiment="sweep",
                         fresh_cache=True,  # as plan --active's trials: no trial finds another's prompts cached
                     )
                 )
                 met, why = judge(records)
-                print(f"  trial {rate:.3g}/s: {'held' if met else 'broke'} ({why})", file=sys.stderr, flush=True)
+                said = "held" if met else "undecided" if met is None else "broke"
+                print(f"  trial {rate:.3g}/s: {said} ({why})", file=sys.stderr, flush=True)
                 return met, why
 
             await body(trial)
@@ -215,7 +220,8 @@ async def sweep(url: str, trace_path: Path, slo_text: list[str], start: float, o
 
 async def brackets(url: str, trace_path: Path, slo_text: list[str], answers: dict, out: Path) -> dict:
     """For each answer (name -> (goodput, bound)): one trial at goodput / bound, which must hold, and
-    one at goodput x bound, which must break. Both hold exactly when the goodput a sweep would find
+    one at goodput x bound, which must break (an answer that is only a lower bound, "at-least" or
+    "ceiling", is held to its low trial: the server may hold above it). Both hold exactly when the goodput a sweep would find
     lies within `bound` of the answer (the SLO's verdict rises with the rate), in four trials instead
     of a sweep's nine. Trials alternate low and high, so a slow spell of the host falls on both
     sides instead of on the rates of one end of a rising sweep."""
@@ -327,6 +333,7 @@ def check_plans(
         "plan": {
             "goodput_rps": p["goodput_per_replica_rps"],
             "bound": p["bound"],
+            "one_batch": p.get("one_batch"),
             "band": [p.get("goodput_low_rps"), p.get("goodput_high_rps")],
             "extrapolation": p.get("extrapolation"),
             "ceiling_rps": p.get("ceiling_rps"),
@@ -350,7 +357,10 @@ def check_plans(
         ratio = None if g is None or not swept else g / swept
         if verify == "bracket":
             b = bracketed.get(name)
-            within = b is not None and b["below"]["met"] is True and b["above"]["met"] is False
+            lower_bound_only = s["bound"] in ("at-least", "ceiling")
+            within = (
+                b is not None and b["below"]["met"] is True and (lower_bound_only or b["above"]["met"] is False)
+            )
         else:
             within = ratio is not None and 1 / CHECKS[name] <= ratio <= CHECKS[name]
         below_ceiling = g is None or g <= ceiling * (1 + 1e-9)
@@ -377,11 +387,15 @@ def print_results(results: dict, size: str) -> None:
         band = ""
         if s.get("extrapolation"):
             band = f" (extrapolated: {s['band'][0]} to {s['band'][1]})"
-        ratio = c["ratio"]
+        ratio, b = c["ratio"], results.get("brackets", {}).get(name)
+        against = (
+            f"at it / {CHECKS[name]:g}: {b['below']['met']}, at x {CHECKS[name]:g}: {b['above']['met']}"
+            if b
+            else f"/ sweep = {'-' if ratio is None else f'{ratio:.2f}'}"
+        )
         print(
-            f"  {name}: {g if g is None else f'{g:.3g}'} requests/s{band}; / sweep = "
-            f"{'-' if ratio is None else f'{ratio:.2f}'} (within {CHECKS[name]:g}x: {c['within']}); "
-            f"at most the ceiling: {c['below_ceiling']}"
+            f"  {name}: {g if g is None else f'{g:.3g}'} requests/s{band}; {against} (within "
+            f"{CHECKS[name]:g}x: {c['within']}); at most the ceiling: {c['below_ceiling']}"
         )
     print(f"  wall {results['wall_s']:.0f} s; folders under {results['work']}")
 

@@ -21,6 +21,7 @@ def test_the_note_starts_at_half_the_trial_in_one_step():
     assert one_batch_note(15, 32) is None
     note = one_batch_note(16, 32)
     assert note is not None and f"at least {STREAM_FACTOR * 16} requests" in note and "16 of them" in note
+    assert "--trial-requests" not in note  # a plan from evidence: the trace sets the trial
     assert ONE_BATCH_FRACTION == 0.5
     assert one_batch_note(3, 0) is None  # no trial, nothing to say
 
@@ -45,3 +46,4 @@ def test_a_measured_goodput_of_one_batch_trials_says_so_too():
         today = plan_capacity(items, WIDE, LIMITS, SLO_ISSUE, 40.0, measured=measured).today
         assert today.source == "measured" and today.one_batch is one_batch, today.assumption
         assert ("in the model's replay of the trial" in today.assumption) is one_batch
+        assert ("--trial-requests" in today.assumption) is one_batch  # the remedy for live trials

@@ -43,7 +43,7 @@ from llm_diagnose.probes.load import (
     trace_workload,
 )
 from llm_diagnose.probes.load.pacing import TraceArrivals, arrival_offsets
-from llm_diagnose.probes.load.prompts import NONCE_TOKENS
+from llm_diagnose.probes.load.prompts import NONCE_TOKENS, NONCE_WORDS
 from llm_diagnose.probes.load.replay import MOONCAKE_BLOCK_TOKENS
 from llm_diagnose.probes.load.sse import SSEDecoder, read_chunk
 from llm_diagnose.probes.results import Measurement, NotMeasured
@@ -682,12 +682,25 @@ def test_fresh_cache_salts_every_prompt_of_a_workload_alike_and_each_workload_an
         a, b, ids = specs
         salt = a.prompt.split("\n")[0]
         assert a.prompt == f"{salt}\n{rows[0]['prompt']}" and b.prompt.startswith(salt + "\n")  # one salt a workload
+        # Words, sized as a body is (EXACT: a token a word): not a hex string of unknown length.
+        assert len(salt.split()) == max(NONCE_WORDS, NONCE_TOKENS) == 6
         assert ids.prompt[NONCE_TOKENS:] == (5, 6, 7, 8) and len(ids.prompt) == 4 + NONCE_TOKENS
         assert ids.planned_prompt_tokens == 4 + NONCE_TOKENS
     assert one[0].prompt.split("\n")[0] != two[0].prompt.split("\n")[0]  # each workload anew
     assert one[2].prompt[:NONCE_TOKENS] != two[2].prompt[:NONCE_TOKENS]
     without_pool = trace_workload(trace, PromptMaker(), pacing=ClosedLoop(1), fresh_cache=True).specs[2].prompt
     assert set(without_pool[:NONCE_TOKENS]) <= {5, 6, 7, 8}  # ids of the trace's own where the maker knows none
+
+
+def test_fresh_cache_leaves_hash_id_bodies_their_length_and_draws_them_anew(tmp_path):
+    p = tmp_path / "mooncake.jsonl"
+    p.write_text(json.dumps({"timestamp": 0, "input_length": 1000, "output_length": 4, "hash_ids": [1, 2]}) + "\n")
+    trace = load_trace(p)
+    seeded = [trace_workload(trace, EXACT, run_salt="s1", fresh_cache=True).specs[0].prompt for _ in range(2)]
+    assert [len(x) for x in seeded] == [1000, 1000]  # no salt in front: the body is drawn from a fresh one
+    assert seeded[0][:MOONCAKE_BLOCK_TOKENS] != seeded[1][:MOONCAKE_BLOCK_TOKENS]  # even where run_salt is given
+    kept = [trace_workload(trace, EXACT, run_salt="s1").specs[0].prompt for _ in range(2)]
+    assert kept[0] == kept[1]  # without fresh_cache a run_salt still fixes the bodies
 
 
 # --- plan ---------------------------------------------------------------------------------------------------

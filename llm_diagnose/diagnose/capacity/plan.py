@@ -254,7 +254,7 @@ def _measured(
         + (f", from {m.start_source}" if m.start_source else "")
         + f"; {m.error_words()}"
     )
-    batch = None if sequences is None else one_batch_note(sequences, m.requests)
+    batch = None if sequences is None else one_batch_note(sequences, m.requests, measured=True)
     if batch is not None:
         note += "; in the model's replay of the trial, " + batch
     if clipped:
@@ -331,13 +331,16 @@ def plan_capacity(
     extra_notes = list(notes)
     error_at_plan = ""
     if measured is not None:
-        g = measured.search.goodput_rps
-        trial = items[: measured.requests]
-        sequences = None if not g or not trial else simulate(at_rate(trial, g, seed), model, limits).max_running
-        today = _measured(
-            measured, engine_ceiling(items, model, limits), target_rps, tensor_parallel, today_note, sequences
-        )
+        ceiling = engine_ceiling(items, model, limits)
         contradicted = live_contradiction(measured)
+        # The trial at the goodput the plan states (the clipped one), replayed by the model: not
+        # where the model does not reproduce the trials (then nothing of it is said).
+        g, _ = clip_to_ceiling(measured.search.goodput_rps, ceiling)
+        trial = items[: measured.requests]
+        sequences = None
+        if g and trial and contradicted is None:
+            sequences = simulate(at_rate(trial, g, seed), model, limits).max_running
+        today = _measured(measured, ceiling, target_rps, tensor_parallel, today_note, sequences)
         if contradicted is not None:
             extra_notes.append(
                 f"the live search contradicts the model: {contradicted}. Today's goodput is the measured one; "

@@ -20,13 +20,19 @@ ONE_BATCH_FRACTION = 0.5  # at least this share of the trial's requests in one s
 STREAM_FACTOR = 4  # a trial of this many times the sequences it reaches is a stream
 
 
-def one_batch_note(sequences: int, requests: int) -> str | None:
-    """The plan's words where a trial of `requests` ran `sequences` in one step at its goodput; None: a stream."""
+def one_batch_note(sequences: int, requests: int, *, measured: bool = False) -> str | None:
+    """The plan's words where a trial of `requests` ran `sequences` in one step at its peak, at its
+    goodput; None: a stream. `measured`: the trials were plan --active's, sized by --trial-requests."""
     if requests <= 0 or sequences < ONE_BATCH_FRACTION * requests:
         return None
+    longer = STREAM_FACTOR * sequences
+    remedy = (
+        f"measure with --trial-requests {longer} or more (and a trace that long)"
+        if measured
+        else f"plan with a trace of at least {longer} requests"
+    )
     return (
-        f"at this goodput the trial of the workload's {requests} requests runs {sequences} of them in one step: "
-        "it is about one batch, not a stream, so its goodput depends on its size and a sustained stream of "
-        f"these requests may meet the SLO only at a lower rate; plan with a trace of at least "
-        f"{STREAM_FACTOR * sequences} requests"
+        f"at this goodput the trial of the workload's {requests} requests runs {sequences} of them in one step "
+        "at its peak: it is about one batch, not a stream, so its goodput depends on its size and a sustained "
+        f"stream of these requests may meet the SLO only at a lower rate; {remedy}"
     )

@@ -18,6 +18,7 @@ one, however warm the cache (the chained-hash fact in shared/notes/trace-formats
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import aiohttp
@@ -28,6 +29,7 @@ __all__ = ["Prompt", "PromptMaker", "calibrate_prompts", "NONCE_TOKENS", "WORDS"
 
 Prompt = str | tuple[int, ...]
 NONCE_TOKENS = 6  # 6 random ordinary tokens: two salts collide about never
+NONCE_WORDS = 4  # a text salt: 4 of the 2,000 WORDS, 44 bits
 _ENTROPY = random.SystemRandom()
 GUESSED_TOKENS_PER_WORD = 1.3  # English-like text in common BPE vocabularies
 # Our pseudo-words are 1-3 syllables: a BPE vocabulary splits each into at least one token and
@@ -74,14 +76,23 @@ class PromptMaker:
         return " ".join(rng.choice(WORDS) for _ in range(n_words))
 
     def nonce(self, endpoint: str = "completions") -> Prompt:
-        """A salt for the start of a prompt, from the OS's entropy.
+        """A salt for the start of a prompt, from the OS's entropy: NONCE_TOKENS token ids, or for
+        text about as many tokens of words (at least NONCE_WORDS of them, about 11 bits each).
 
         Never from a seeded generator: a seeded run repeated would repeat its salts, and the
         cache warmed by the first run would serve the second (the very thing salts prevent).
+        Words rather than a hex string: a tokenizer cuts hex into a token a digit or so (a
+        "run-<16 hex>:" salt is 10-20 tokens), words are sized as the body is.
         """
         if self.exact_for(endpoint):
             return self.body(NONCE_TOKENS, _ENTROPY, endpoint)
-        return f"run-{_ENTROPY.getrandbits(64):016x}:"
+        n_words = max(NONCE_WORDS, round(NONCE_TOKENS / self.tokens_per_word))
+        return " ".join(_ENTROPY.choice(WORDS) for _ in range(n_words))
+
+    def salt_from(self, ids: Sequence[int]) -> tuple[int, ...]:
+        """NONCE_TOKENS ids drawn from `ids` with the OS's entropy: a salt of a trace's own token ids,
+        for a maker that knows none of the model's."""
+        return tuple(_ENTROPY.choice(ids) for _ in range(NONCE_TOKENS))
 
     def block(self, key: str, n_tokens: int, endpoint: str = "completions") -> Prompt:
         """Deterministic content for `key` (a trace's hash id with the run's salt): equal keys, equal tokens."""

@@ -7,12 +7,16 @@ This module decides what to send for each request:
 - the trace's token ids (completions) or prompt text (chat logs arrive rendered as text);
 - for Mooncake hash ids, one block of `MOONCAKE_BLOCK_TOKENS` tokens per id, the same tokens
   for the same id, so requests share exactly the prefixes their ids say; the block key
-  carries a per-run salt, so nothing is shared with an earlier run's cache;
+  carries a per-run salt (drawn per call unless `run_salt` fixes it), so nothing is shared
+  with an earlier run's cache;
 - for lengths only, a random body of the stated length.
 
-With `fresh_cache`, every prompt of the workload starts with one salt drawn for it: requests of
-the workload still share the prefixes the trace gives them, and nothing of an earlier workload
-(an earlier trial of a goodput search, the same 32 prompts sent again) is in the prefix cache.
+With `fresh_cache`, every prompt the trace gives (its token ids or text) starts with one salt
+drawn for the workload (PromptMaker.nonce: NONCE_TOKENS ids, or about as many tokens of words),
+and hash-id and length-only bodies are drawn from a fresh salt even where `run_salt` is given:
+requests of the workload still share the prefixes the trace gives them, and nothing of an earlier
+workload (an earlier trial of a goodput search, the same 32 prompts sent again) is in the prefix
+cache.
 Without it a server with prefix caching served 63% of a 200-token trace's prompt tokens from
 the cache from the second trial on (vllm:prefix_cache_hits_total against _queries_total), so a
 search measured a cheaper workload than the trace's.
@@ -36,7 +40,6 @@ from llm_diagnose.probes.traces.records import LineLog, TraceRequest
 __all__ = ["load_trace", "trace_workload", "MOONCAKE_BLOCK_TOKENS", "DEFAULT_OUTPUT_TOKENS"]
 
 DEFAULT_OUTPUT_TOKENS = 128  # for a trace that gives no output length
-_ENTROPY = random.SystemRandom()
 
 
 def load_trace(
@@ -74,6 +77,17 @@ def _mooncake_prompt(prompts: PromptMaker, request: TraceRequest, run_salt: str,
     return prompts.join(*parts) if parts else prompts.body(n_in, random.Random(f"{run_salt}:empty"), endpoint)
 
 
+def _fresh_salts(trace: tuple[TraceRequest, ...], prompts: PromptMaker) -> tuple[str, tuple[int, ...]]:
+    """One workload's salts: a text one, and token ids (the maker's where it knows the model's
+    tokens, else drawn from the trace's own ids, which the model knows)."""
+    nonce = prompts.nonce("completions")
+    ids = nonce if isinstance(nonce, tuple) else ()
+    if not ids:
+        own = sorted({int(t) for r in trace if r.tokens is not None for t in r.tokens})
+        ids = prompts.salt_from(own) if own else ()
+    return str(prompts.nonce("chat")), ids
+
+
 def trace_workload(
     trace: tuple[TraceRequest, ...],
     prompts: PromptMaker,
@@ -93,10 +107,9 @@ def trace_workload(
     prompt + output fits `max_model_len` (a clipped request is tagged "clipped"). `fresh_cache`:
     every prompt starts with this workload's salt (the module docstring).
     """
-    salt = run_salt if run_salt is not None else f"{random.getrandbits(64):016x}"
+    salt = run_salt if run_salt is not None and not fresh_cache else f"{random.getrandbits(64):016x}"
     rng = random.Random(salt)
-    text_salt = prompts.nonce("chat") if fresh_cache else None
-    id_salt: tuple[int, ...] | None = None
+    text_salt, id_salt = _fresh_salts(trace, prompts) if fresh_cache else (None, None)
     specs = []
     for i, r in enumerate(trace):
         n_out = max(1, r.output_tokens or DEFAULT_OUTPUT_TOKENS)
@@ -110,18 +123,14 @@ def trace_workload(
             prompt = _mooncake_prompt(prompts, r, salt, endpoint)
         else:
             prompt = prompts.body(max(1, r.input_tokens or 1), rng, endpoint)
-        if fresh_cache and isinstance(prompt, tuple) and prompt:
-            # The maker's salt where it knows the model's tokens, else ids of the trace's own (valid
-            # for the model); from the OS's entropy, as every salt (PromptMaker.nonce says why).
-            if id_salt is None:
-                nonce = prompts.nonce("completions")
-                id_salt = nonce if isinstance(nonce, tuple) else tuple(_ENTROPY.choices(prompt, k=NONCE_TOKENS))
+        # The trace's own prompts only: hash-id and length-only bodies are drawn from `salt`, fresh already.
+        if id_salt and isinstance(prompt, tuple) and r.tokens is not None and len(r.tokens):
             prompt = id_salt + prompt
-        elif fresh_cache and isinstance(prompt, str) and text_salt:
-            prompt = prompts.join(str(text_salt), prompt)
+        elif text_salt and isinstance(prompt, str) and r.text is not None:
+            prompt = prompts.join(text_salt, prompt)
         n_in = len(prompt) if isinstance(prompt, tuple) else r.input_tokens
-        if fresh_cache and isinstance(prompt, str) and n_in is not None:
-            n_in += NONCE_TOKENS  # about: the server's usage says exactly
+        if text_salt and isinstance(prompt, str) and r.text is not None and n_in is not None:
+            n_in += NONCE_TOKENS  # about (a salt of words sized as the body is): the server's usage says exactly
         tag = ""
         if max_model_len is not None and n_in is not None and n_in + n_out > max_model_len:
             tag = "clipped"

@@ -345,7 +345,10 @@ def replay_workload(
     if plan.source.kind == "trace":
         if prompts is None:
             raise ValueError("a trace replay needs a PromptMaker")
-        return trace_workload(plan.trace, prompts, max_model_len=max_model_len, experiment=REPLAY_EXPERIMENT)
+        # Salted as the request bodies below are drawn fresh: an earlier replay's cache cannot serve it.
+        return trace_workload(
+            plan.trace, prompts, max_model_len=max_model_len, experiment=REPLAY_EXPERIMENT, fresh_cache=True
+        )
     rng = random.Random()  # fresh bodies each replay: an earlier run's cache cannot serve them
     specs = []
     for r in plan.requests:
