@@ -221,10 +221,10 @@ async def sweep(url: str, trace_path: Path, slo_text: list[str], start: float, o
 async def brackets(url: str, trace_path: Path, slo_text: list[str], answers: dict, out: Path) -> dict:
     """For each answer (name -> (goodput, bound)): one trial at goodput / bound, which must hold, and
     one at goodput x bound, which must break (an answer that is only a lower bound, "at-least" or
-    "ceiling", is held to its low trial: the server may hold above it). Both hold exactly when the goodput a sweep would find
-    lies within `bound` of the answer (the SLO's verdict rises with the rate), in four trials instead
-    of a sweep's nine. Trials alternate low and high, so a slow spell of the host falls on both
-    sides instead of on the rates of one end of a rising sweep."""
+    "ceiling", is held to its low trial: the server may hold above it). Both hold exactly when the
+    goodput a sweep would find lies within `bound` of the answer (the SLO's verdict rises with the
+    rate), in four trials instead of a sweep's nine. Trials alternate low and high, so a slow spell
+    of the host falls on both sides instead of on the rates of one end of a rising sweep."""
     out_rows: dict = {}
 
     async def body(trial) -> None:
@@ -358,9 +358,7 @@ def check_plans(
         if verify == "bracket":
             b = bracketed.get(name)
             lower_bound_only = s["bound"] in ("at-least", "ceiling")
-            within = (
-                b is not None and b["below"]["met"] is True and (lower_bound_only or b["above"]["met"] is False)
-            )
+            within = b is not None and b["below"]["met"] is True and (lower_bound_only or b["above"]["met"] is False)
         else:
             within = ratio is not None and 1 / CHECKS[name] <= ratio <= CHECKS[name]
         below_ceiling = g is None or g <= ceiling * (1 + 1e-9)
