@@ -114,23 +114,22 @@ def trace_workload(
     for i, r in enumerate(trace):
         n_out = max(1, r.output_tokens or DEFAULT_OUTPUT_TOKENS)
         ep: Endpoint = endpoint
+        text_salt_tokens = 0
+        # The trace's own prompts carry the workload's salt (fresh_cache); hash-id and length-only
+        # bodies are drawn from `salt`, fresh already.
         if r.tokens is not None and len(r.tokens):
-            prompt: Prompt = tuple(int(t) for t in r.tokens)
+            prompt: Prompt = (id_salt or ()) + tuple(int(t) for t in r.tokens)
             ep = "completions"  # token ids only go to the completions endpoint
         elif r.text is not None:
-            prompt = r.text
+            prompt = prompts.join(text_salt, r.text) if text_salt else r.text
+            text_salt_tokens = NONCE_TOKENS if text_salt else 0  # about: the server's usage says exactly
         elif r.hash_ids:
             prompt = _mooncake_prompt(prompts, r, salt, endpoint)
         else:
             prompt = prompts.body(max(1, r.input_tokens or 1), rng, endpoint)
-        # The trace's own prompts only: hash-id and length-only bodies are drawn from `salt`, fresh already.
-        if id_salt and isinstance(prompt, tuple) and r.tokens is not None and len(r.tokens):
-            prompt = id_salt + prompt
-        elif text_salt and isinstance(prompt, str) and r.text is not None:
-            prompt = prompts.join(text_salt, prompt)
         n_in = len(prompt) if isinstance(prompt, tuple) else r.input_tokens
-        if text_salt and isinstance(prompt, str) and r.text is not None and n_in is not None:
-            n_in += NONCE_TOKENS  # about (a salt of words sized as the body is): the server's usage says exactly
+        if n_in is not None and text_salt_tokens:
+            n_in += text_salt_tokens
         tag = ""
         if max_model_len is not None and n_in is not None and n_in + n_out > max_model_len:
             tag = "clipped"
